@@ -1,0 +1,106 @@
+"""The Starlette app: OpenAI-compatible routes for one engine, health, and the OpenAPI document."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..config import Settings
+from ..worker.engine import Engine
+from .completions import Serving, chat_completions, completions, serving
+from .errors import APIError, InternalError, MethodNotAllowed, NotFound
+from .openapi import openapi_document
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("mlxhost.api")
+
+
+def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
+    app = Starlette(
+        routes=[
+            Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
+        ],
+        exception_handlers={
+            APIError: api_error,
+            HTTPException: http_error,
+            Exception: internal_error,
+        },
+    )
+    app.state.serving = Serving(engine, settings, model_id)
+    app.state.started = int(time.time())
+    return app
+
+
+def _model_card(request: Request) -> dict[str, Any]:
+    return {
+        "id": serving(request).model_id,
+        "object": "model",
+        "created": request.app.state.started,
+        "owned_by": "mlxhost",
+    }
+
+
+async def list_models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [_model_card(request)]})
+
+
+async def get_model(request: Request) -> Response:
+    name = request.path_params["model"]
+    if name != serving(request).model_id:
+        raise NotFound(f"the model '{name}' does not exist", param="model", code="model_not_found")
+    return JSONResponse(_model_card(request))
+
+
+async def health(request: Request) -> Response:
+    service = serving(request)
+    engine = service.engine
+    status = "ok" if service.accepting else "stopping"
+    return JSONResponse(
+        {
+            "status": status,
+            "model": service.model_id,
+            "context_length": engine.context_length,
+            "load_seconds": round(engine.load_seconds, 3),
+            "engine": asdict(engine.statistics()),
+            "memory": engine.memory(),
+        },
+        status_code=200 if service.accepting else 503,
+    )
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document())
+
+
+async def api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return exc.response()
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return NotFound(f"no route {request.method} {request.url.path}").response()
+    if exc.status_code == 405:
+        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        return JSONResponse(error.body(), status_code=405, headers=exc.headers)
+    return APIError(exc.detail).response()
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    # Starlette logs the traceback after this handler answers; the client sees no details.
+    return InternalError("the server failed to handle this request").response()

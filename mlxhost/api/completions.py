@@ -1,0 +1,226 @@
+"""POST /v1/chat/completions and /v1/completions: validate, generate, answer whole or streamed.
+
+A generation lives exactly as long as someone wants it. Streaming: the session is opened inside
+the response body, which Starlette cancels when the client disconnects. Whole answers: a watcher
+task waits for `http.disconnect` while the result is collected and cancels the collection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..config import Settings
+from ..worker.engine import Engine
+from ..worker.sessions import Delta, GenerationRequest, SamplingParams, TokenLogprob
+from .errors import APIError, InternalError, InvalidRequest, PayloadTooLarge, ServiceUnavailable
+from .formats import DONE, KEEPALIVE, ChatFormat, CompletionFormat, sse
+from .schemas import ChatCompletionRequest, CompletionRequest, parse_body
+
+__all__ = ["Serving", "chat_completions", "completions"]
+
+Format = ChatFormat | CompletionFormat
+CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, but the access log does
+
+
+@dataclass
+class Serving:
+    """What the routes need, kept on `app.state.serving`."""
+
+    engine: Engine
+    settings: Settings
+    model_id: str
+    accepting: bool = True
+
+
+def serving(request: Request) -> Serving:
+    return request.app.state.serving  # type: ignore[no-any-return]
+
+
+async def chat_completions(request: Request) -> Response:
+    service = serving(request)
+    body = parse_body(ChatCompletionRequest, await read_body(request, service))
+    messages = [
+        {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        for m in body.messages
+    ]
+    prompt = await service.engine.encode_chat(messages)
+    generation = _generation_request(body, prompt, service, prompt_param="messages")
+    fmt = ChatFormat(service.model_id, len(prompt), include_usage=body.wants_usage_chunk())
+    return await _respond(request, service, generation, fmt, bool(body.stream))
+
+
+async def completions(request: Request) -> Response:
+    service = serving(request)
+    body = parse_body(CompletionRequest, await read_body(request, service))
+    if isinstance(body.prompt, str):
+        prompt = await service.engine.encode(body.prompt)
+    else:
+        prompt = list(body.prompt)
+        vocab = service.engine.vocab_size
+        for i, token in enumerate(prompt):
+            if token >= vocab:
+                raise InvalidRequest(
+                    f"prompt[{i}]: token id {token} is not in the vocabulary (0..{vocab - 1})",
+                    param=f"prompt[{i}]",
+                )
+    generation = _generation_request(body, prompt, service, prompt_param="prompt")
+    fmt = CompletionFormat(service.model_id, len(prompt), include_usage=body.wants_usage_chunk())
+    return await _respond(request, service, generation, fmt, bool(body.stream))
+
+
+async def read_body(request: Request, service: Serving) -> bytes:
+    if not service.accepting:
+        raise ServiceUnavailable("the server is shutting down", code="shutting_down")
+    limit = service.settings.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"the request body is over this server's limit of {limit} bytes")
+
+
+def _generation_request(
+    body: ChatCompletionRequest | CompletionRequest,
+    prompt: list[int],
+    service: Serving,
+    prompt_param: str,
+) -> GenerationRequest:
+    settings, context = service.settings, service.engine.context_length
+    if not prompt:
+        raise InvalidRequest(f"{prompt_param}: the prompt is empty", param=prompt_param)
+    requested = body.requested_max_tokens()
+    param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
+    if requested is not None and requested > settings.max_tokens_limit:
+        raise InvalidRequest(
+            f"{param}: {requested} is over this server's limit of {settings.max_tokens_limit}",
+            param=param,
+        )
+    max_tokens = requested or settings.default_max_tokens
+    if context is not None:
+        if len(prompt) >= context:
+            raise InvalidRequest(
+                f"{prompt_param}: the prompt is {len(prompt)} tokens, and the model's context "
+                f"is {context} tokens",
+                param=prompt_param,
+                code="context_length_exceeded",
+            )
+        if len(prompt) + max_tokens > context:
+            if requested is not None:
+                raise InvalidRequest(
+                    f"{param}: the prompt ({len(prompt)} tokens) plus {param} ({requested}) is "
+                    f"over the model's context of {context} tokens",
+                    param=param,
+                    code="context_length_exceeded",
+                )
+            max_tokens = context - len(prompt)
+    sampling = SamplingParams(
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=body.top_k or 0,
+        min_p=body.min_p or 0.0,
+        seed=body.seed,
+        repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+    )
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        stop=body.stop_strings(),
+        logprobs=body.logprobs_count(),
+    )
+
+
+async def _respond(
+    request: Request, service: Serving, generation: GenerationRequest, fmt: Format, stream: bool
+) -> Response:
+    if stream:
+        return StreamingResponse(
+            _stream(service, generation, fmt),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+    return await _whole(request, service, generation, fmt)
+
+
+async def _stream(service: Serving, generation: GenerationRequest, fmt: Format) -> AsyncIterator[bytes]:
+    ended = object()
+    async with service.engine.generate(generation) as session:
+        first = fmt.first_chunk()
+        if first is not None:
+            yield sse(first)
+        while True:
+            delta: Any = None
+            # Comments keep proxies and clients from timing out during a long prefill.
+            with anyio.move_on_after(service.settings.keepalive_seconds):
+                delta = await anext(session, ended)
+            if delta is None:
+                yield KEEPALIVE
+                continue
+            if delta is ended:
+                return
+            if delta.text or delta.logprobs:
+                yield sse(fmt.content_chunk(delta))
+            if delta.finish_reason is None:
+                continue
+            if delta.finish_reason in ("stop", "length"):
+                yield sse(fmt.finish_chunk(delta.finish_reason))
+                if fmt.include_usage:
+                    yield sse(fmt.usage_chunk(delta.completion_tokens))
+            else:
+                yield sse(_failure(delta).body())
+            yield DONE
+            return
+
+
+async def _whole(
+    request: Request, service: Serving, generation: GenerationRequest, fmt: Format
+) -> Response:
+    text: list[str] = []
+    logprobs: list[TokenLogprob] | None = [] if generation.logprobs is not None else None
+    final: Delta | None = None
+    async with service.engine.generate(generation) as session:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_disconnect, request, tg.cancel_scope)
+            async for delta in session:
+                text.append(delta.text)
+                if logprobs is not None and delta.logprobs:
+                    logprobs.extend(delta.logprobs)
+                final = delta if delta.finish_reason else final
+            tg.cancel_scope.cancel()
+    if final is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    if final.finish_reason not in ("stop", "length"):
+        raise _failure(final)
+    return JSONResponse(fmt.whole("".join(text), logprobs, final))
+
+
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def _failure(final: Delta) -> APIError:
+    if final.finish_reason == "cancelled":
+        if final.error == "shutdown":
+            return ServiceUnavailable(
+                "the server is shutting down; the generation was stopped", code="shutting_down"
+            )
+        return ServiceUnavailable(f"the generation was cancelled ({final.error})", code="cancelled")
+    return InternalError(final.error or "the generation failed")

@@ -1,0 +1,88 @@
+"""The OpenAPI 3.1 document for the served routes, built from the request models' schemas."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from .schemas import ChatCompletionRequest, CompletionRequest
+
+__all__ = ["openapi_document"]
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(code): {"description": "error", **_json(_ERROR)} for code in codes}
+
+
+def _generation_route(model: str, summary: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, **_json({"$ref": f"#/components/schemas/{model}"})},
+            "responses": {
+                "200": {
+                    "description": "the completion, or an SSE stream when `stream` is true",
+                    "content": {
+                        "application/json": {"schema": {"type": "object"}},
+                        "text/event-stream": {"schema": {"type": "string"}},
+                    },
+                },
+                **_errors(400, 413, 500, 503),
+            },
+        }
+    }
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    _, definitions = models_json_schema(
+        [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation")],
+        ref_template="#/components/schemas/{model}",
+    )
+    schemas = definitions["$defs"]
+    schemas["Error"] = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": ["string", "null"]},
+                },
+            }
+        },
+    }
+    plain = {"type": "object"}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "mlxhost", "version": "1"},
+        "paths": {
+            "/v1/chat/completions": _generation_route("ChatCompletionRequest", "Chat completion"),
+            "/v1/completions": _generation_route("CompletionRequest", "Text completion"),
+            "/v1/models": {
+                "get": {"summary": "Served models", "responses": {"200": {"description": "models", **_json(plain)}}}
+            },
+            "/health": {
+                "get": {
+                    "summary": "Liveness, engine counters and memory",
+                    "responses": {
+                        "200": {"description": "serving", **_json(plain)},
+                        **_errors(503),
+                    },
+                }
+            },
+        },
+        "components": {"schemas": schemas},
+    }

@@ -1,0 +1,387 @@
+"""The engine: one generation thread that owns the model and runs continuous batching.
+
+MLX streams belong to the thread that made them, so the model is loaded, and every MLX operation
+runs, in one thread. That thread loops over mlx-lm's BatchGenerator: between two steps it takes in
+new sessions, removes cancelled ones (their KV cache goes with them), and hands each session's new
+text to the event loop without ever waiting for it. `mx.eval` releases the GIL, so the event loop
+keeps serving while a step computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.to_thread
+import mlx.core as mx
+import mlx_lm
+from mlx_lm.generate import BatchGenerator
+
+from .sampling import SamplerCache, logits_processors_for
+from .sessions import Delta, GenerationRequest, GenerationSession, TokenLogprob
+from .textstream import TextStream
+
+__all__ = ["Engine", "EngineOptions", "EngineStatistics"]
+
+logger = logging.getLogger("mlxhost.engine")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    max_batch: int = 32
+    prefill_batch: int = 8
+    prefill_step: int = 2048
+
+
+@dataclass(frozen=True)
+class EngineStatistics:
+    active: int  # sessions in the batch (prefilling or decoding)
+    waiting: int  # submitted, not yet in the batch
+    steps: int
+    prompt_tokens: int
+    generated_tokens: int
+    completed: int
+    cancelled: int
+    failed: int
+    largest_batch: int  # most sequences decoded in one step so far
+    last_cancel_lag_steps: int | None  # steps between cancel() and leaving the batch
+    max_cancel_lag_steps: int | None
+
+
+@dataclass
+class _Row:
+    session: GenerationSession
+    uid: int
+    text: TextStream
+    tokens: int = 0
+
+
+@dataclass
+class _Counters:
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    largest_batch: int = 0
+    cancel_lags: list[int] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, model_path: Path, options: EngineOptions = EngineOptions()) -> None:
+        self.model_path = model_path
+        self.options = options
+        self.context_length: int | None = None
+        self.load_seconds = 0.0
+        self._tokenizer: Any = None
+        # Hugging Face fast tokenizers raise "Already borrowed" when two threads use one at once.
+        self._tokenizer_lock = threading.Lock()
+        self._incoming: queue.SimpleQueue[GenerationSession] = queue.SimpleQueue()
+        self._waiting = 0
+        self._wake = threading.Event()
+        self._stopping = False
+        self._rows: dict[int, _Row] = {}
+        self._counters = _Counters()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._open_sessions = 0
+        self._sampler_cache = SamplerCache()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, model_path: Path, options: EngineOptions = EngineOptions()
+    ) -> AsyncIterator[Engine]:
+        """Load the model in a new generation thread; stop the thread on exit."""
+        engine = cls(model_path, options)
+        # The generation thread must hand results over without waiting for the loop, which
+        # anyio's from_thread cannot do; the host runs on asyncio (Hypercorn needs it anyway).
+        engine._loop = asyncio.get_running_loop()
+        async with anyio.create_task_group() as tg:
+            await tg.start(engine._run_thread)
+            try:
+                yield engine
+            finally:
+                engine._stop()
+
+    async def _run_thread(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        loaded = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                anyio.to_thread.run_sync,
+                self._thread_main,
+                lambda: anyio.from_thread.run_sync(loaded.set),
+            )
+            await loaded.wait()  # a failed load raises out of the task group instead
+            task_status.started()
+
+    # -- event loop side ---------------------------------------------------------------------
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        return set(self._tokenizer.eos_token_ids)
+
+    async def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        def encode() -> list[int]:
+            with self._tokenizer_lock:
+                ids = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)
+            return list(ids)
+
+        return await anyio.to_thread.run_sync(encode)
+
+    async def encode(self, text: str) -> list[int]:
+        def encode() -> list[int]:
+            with self._tokenizer_lock:
+                return list(self._tokenizer.encode(text))
+
+        return await anyio.to_thread.run_sync(encode)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokenizer)
+
+    def submit(self, request: GenerationRequest) -> GenerationSession:
+        if self._stopping:
+            raise EngineStopped("the engine is shutting down")
+        session = GenerationSession(request, wake_engine=self._wake.set)
+        self._open_sessions += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._waiting += 1
+        self._incoming.put(session)
+        self._wake.set()
+        return session
+
+    @asynccontextmanager
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationSession]:
+        """A session whose generation stops as soon as the block is left, however it is left."""
+        session = self.submit(request)
+        try:
+            yield session
+        finally:
+            session.cancel("client_disconnected", self._counters.steps)
+            session.close()
+
+    def cancel_all(self, reason: str) -> None:
+        for row in list(self._rows.values()):
+            row.session.cancel(reason, self._counters.steps)
+        self._wake.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    def statistics(self) -> EngineStatistics:
+        c = self._counters
+        return EngineStatistics(
+            active=len(self._rows),
+            waiting=self._waiting,
+            steps=c.steps,
+            prompt_tokens=c.prompt_tokens,
+            generated_tokens=c.generated_tokens,
+            completed=c.completed,
+            cancelled=c.cancelled,
+            failed=c.failed,
+            largest_batch=c.largest_batch,
+            last_cancel_lag_steps=c.cancel_lags[-1] if c.cancel_lags else None,
+            max_cancel_lag_steps=max(c.cancel_lags) if c.cancel_lags else None,
+        )
+
+    def memory(self) -> dict[str, int]:
+        return {
+            "active_bytes": mx.get_active_memory(),
+            "cache_bytes": mx.get_cache_memory(),
+            "peak_bytes": mx.get_peak_memory(),
+        }
+
+    def _stop(self) -> None:
+        self._stopping = True
+        self.cancel_all("shutdown")
+        self._wake.set()
+
+    def _deliver(self, outputs: list[tuple[GenerationSession, Delta]]) -> None:
+        for session, delta in outputs:
+            session.deliver(delta)
+            if delta.finish_reason is not None:
+                self._open_sessions -= 1
+        if self._open_sessions == 0:
+            self._idle.set()
+
+    # -- generation thread -------------------------------------------------------------------
+
+    def _thread_main(self, started: Callable[[], None]) -> None:
+        began = time.perf_counter()
+        model, self._tokenizer = mlx_lm.load(str(self.model_path))
+        self.context_length = _context_length(model)
+        self.load_seconds = time.perf_counter() - began
+        generator = self._new_generator(model)
+        started()
+        try:
+            while True:
+                self._wake.clear()
+                self._take_incoming(generator)
+                self._remove_cancelled(generator)
+                if not self._rows:
+                    if self._stopping and self._incoming.empty():
+                        return
+                    self._wake.wait()
+                    continue
+                try:
+                    self._step(generator)
+                except Exception as exc:
+                    logger.exception("generation step failed; failing the batch and starting over")
+                    self._fail_all(generator, f"generation failed: {type(exc).__name__}")
+                    generator.close()
+                    generator = self._new_generator(model)
+        finally:
+            generator.close()
+
+    def _new_generator(self, model: Any) -> Any:
+        return BatchGenerator(
+            model,
+            stop_tokens=[[t] for t in self._tokenizer.eos_token_ids],
+            completion_batch_size=self.options.max_batch,
+            prefill_batch_size=self.options.prefill_batch,
+            prefill_step_size=self.options.prefill_step,
+        )
+
+    def _take_incoming(self, generator: Any) -> None:
+        sessions: list[GenerationSession] = []
+        while True:
+            try:
+                sessions.append(self._incoming.get_nowait())
+            except queue.Empty:
+                break
+        if not sessions:
+            return
+        self._waiting -= len(sessions)
+        outputs = []
+        admitted = []
+        for session in sessions:
+            if session.cancel_reason is not None:
+                self._counters.cancelled += 1
+                outputs.append((session, _cancelled(session, 0)))
+            else:
+                admitted.append(session)
+        if admitted:
+            samplers = self._sampler_cache
+            uids = generator.insert(
+                [s.request.prompt for s in admitted],
+                max_tokens=[s.request.max_tokens for s in admitted],
+                samplers=[samplers.sampler_for(s.request.sampling) for s in admitted],
+                logits_processors=[logits_processors_for(s.request.sampling) for s in admitted],
+            )
+            for uid, session in zip(uids, admitted, strict=True):
+                detokenizer = self._tokenizer.detokenizer
+                self._rows[uid] = _Row(session, uid, TextStream(detokenizer, session.request.stop))
+                self._counters.prompt_tokens += len(session.request.prompt)
+        self._publish(outputs)
+
+    def _remove_cancelled(self, generator: Any) -> None:
+        gone = [row for row in self._rows.values() if row.session.cancel_reason is not None]
+        if not gone:
+            return
+        generator.remove([row.uid for row in gone])
+        outputs = []
+        for row in gone:
+            del self._rows[row.uid]
+            step = row.session.cancel_step
+            self._counters.cancel_lags.append(0 if step is None else self._counters.steps - step)
+            del self._counters.cancel_lags[:-100]
+            self._counters.cancelled += 1
+            outputs.append((row.session, _cancelled(row.session, row.tokens)))
+        self._publish(outputs)
+
+    def _step(self, generator: Any) -> None:
+        _, responses = generator.next()
+        counters = self._counters
+        counters.steps += 1
+        if not responses:
+            return  # a prefill chunk
+        counters.largest_batch = max(counters.largest_batch, len(responses))
+        counters.generated_tokens += len(responses)
+        eos = self._tokenizer.eos_token_ids
+        outputs: list[tuple[GenerationSession, Delta]] = []
+        stopped: list[int] = []
+        for response in responses:
+            row = self._rows.get(response.uid)
+            if row is None:
+                continue
+            row.tokens += 1
+            finish = response.finish_reason
+            if finish == "stop" and response.token in eos:
+                text = row.text.finish()
+            else:
+                text = row.text.add(response.token)
+                if row.text.stopped:
+                    if finish is None:
+                        stopped.append(row.uid)
+                    finish = "stop"
+                elif finish is not None:
+                    text += row.text.finish()
+            logprobs = None
+            if row.session.request.logprobs is not None:
+                logprobs = [self._logprob(response, row.session.request.logprobs)]
+            outputs.append((row.session, Delta(text, row.tokens, logprobs, finish)))
+            if finish is not None:
+                del self._rows[row.uid]
+                counters.completed += 1
+        if stopped:
+            generator.remove(stopped)
+        self._publish(outputs)
+
+    def _logprob(self, response: Any, top: int) -> TokenLogprob:
+        logprobs = response.logprobs
+        alternatives: tuple[tuple[str, float], ...] = ()
+        with self._tokenizer_lock:
+            if top > 0:
+                ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
+                values = logprobs[ids].tolist()
+                pairs = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])
+                alternatives = tuple((self._tokenizer.decode([i]), v) for i, v in pairs)
+            token = self._tokenizer.decode([response.token])
+        return TokenLogprob(token, logprobs[response.token].item(), alternatives)
+
+    def _fail_all(self, generator: Any, message: str) -> None:
+        outputs = []
+        for row in self._rows.values():
+            self._counters.failed += 1
+            outputs.append((row.session, Delta("", row.tokens, None, "error", message)))
+        self._rows.clear()
+        self._publish(outputs)
+
+    def _publish(self, outputs: list[tuple[GenerationSession, Delta]]) -> None:
+        if not outputs or self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, outputs)
+        except RuntimeError:
+            pass  # the event loop is closed: nobody is left to read
+
+
+class EngineStopped(Exception):
+    pass
+
+
+def _cancelled(session: GenerationSession, tokens: int) -> Delta:
+    return Delta("", tokens, None, "cancelled", session.cancel_reason)
+
+
+def _context_length(model: Any) -> int | None:
+    args = getattr(model, "args", None)
+    for name in ("max_position_embeddings", "context_length", "max_seq_len"):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

@@ -1,0 +1,45 @@
+"""Where a model comes from: a local directory, or a Hugging Face repo id already in the cache.
+
+mlxhost never downloads: a request can't make it fetch anything, and a server should not start
+slowly because a name was mistyped. Nothing here imports MLX.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["ModelNotFound", "resolve_model"]
+
+
+class ModelNotFound(Exception):
+    pass
+
+
+def resolve_model(spec: str) -> Path:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"{path} is not an mlx-lm model directory: it has no config.json")
+        return path.resolve()
+    if path.exists():
+        raise ModelNotFound(f"{path} is a file; --model takes a model directory")
+    if spec.count("/") != 1 or spec.startswith((".", "/", "~")):
+        raise ModelNotFound(f"no model directory at {path}")
+    return _from_hf_cache(spec)
+
+
+def _from_hf_cache(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        snapshot = snapshot_download(repo_id, local_files_only=True)
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
+        raise ModelNotFound(
+            f"{repo_id!r} is not in the local Hugging Face cache, and mlxhost never downloads. "
+            f"Fetch it first (e.g. `hf download {repo_id}`), or pass a model directory."
+        ) from None
+    path = Path(snapshot)
+    if not (path / "config.json").is_file():
+        raise ModelNotFound(f"the cached copy of {repo_id!r} at {path} has no config.json")
+    return path

@@ -1,0 +1,156 @@
+"""A generation session: one request's prompt, options, output channel and cancel flag.
+
+The engine's generation thread produces `Delta`s; the event loop hands them to the session, and
+the HTTP layer reads them with `async for`. The channel is a bounded anyio memory object stream.
+The generation thread never waits for a reader: when a reader falls behind and the buffer is full,
+new output is merged into one pending delta (a slow client receives fewer, larger frames), so a
+slow reader slows only itself and the batch keeps stepping for everyone else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = [
+    "Delta",
+    "FinishReason",
+    "GenerationRequest",
+    "GenerationSession",
+    "SamplingParams",
+    "TokenLogprob",
+]
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+CHANNEL_SIZE = 16
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: list[int]
+    max_tokens: int
+    sampling: SamplingParams = SamplingParams()
+    stop: tuple[str, ...] = ()
+    # None: no logprobs; n >= 0: the chosen token's logprob plus the n most likely alternatives.
+    logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass
+class Delta:
+    """New output since the previous delta; the last one of a session carries `finish_reason`."""
+
+    text: str = ""
+    completion_tokens: int = 0  # running total
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: FinishReason | None = None
+    error: str | None = None  # why, when finish_reason is "cancelled" or "error"
+
+    def merge(self, later: Delta) -> Delta:
+        logprobs = None
+        if self.logprobs is not None or later.logprobs is not None:
+            logprobs = (self.logprobs or []) + (later.logprobs or [])
+        return Delta(
+            text=self.text + later.text,
+            completion_tokens=later.completion_tokens,
+            logprobs=logprobs,
+            finish_reason=later.finish_reason,
+            error=later.error,
+        )
+
+
+@dataclass
+class GenerationSession:
+    request: GenerationRequest
+    wake_engine: Callable[[], None]
+    id: int = field(default_factory=lambda: next(_ids))
+    created: float = field(default_factory=time.monotonic)
+    cancel_reason: str | None = None
+    # The engine's step counter when cancel() was called, to measure how late the stop was.
+    cancel_step: int | None = None
+    finish: Delta | None = None
+
+    def __post_init__(self) -> None:
+        self._send: MemoryObjectSendStream[Delta]
+        self._receive: MemoryObjectReceiveStream[Delta]
+        self._send, self._receive = anyio.create_memory_object_stream[Delta](CHANNEL_SIZE)
+        self._pending: Delta | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+    def cancel(self, reason: str, step: int | None = None) -> None:
+        """Ask the engine to stop this session; it leaves the batch before the next step."""
+        if self.cancel_reason is None and not self.done:
+            self.cancel_reason = reason
+            self.cancel_step = step
+            self.wake_engine()
+
+    def deliver(self, delta: Delta) -> None:
+        """Called on the event loop with the engine's output; never blocks."""
+        if delta.finish_reason is not None:
+            self.finish = delta
+        if self._pending is not None:
+            self._pending = self._pending.merge(delta)
+            return
+        try:
+            self._send.send_nowait(delta)
+        except anyio.WouldBlock:
+            self._pending = delta
+            return
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return  # the reader is gone; the engine is already told through cancel()
+        if delta.finish_reason is not None:
+            self._send.close()
+
+    def __aiter__(self) -> GenerationSession:
+        return self
+
+    async def __anext__(self) -> Delta:
+        try:
+            delta = await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+        # Everything already produced goes out as one delta: fewer, larger frames for a reader
+        # that is slower than the model.
+        while True:
+            try:
+                delta = delta.merge(self._receive.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        if self._pending is not None:
+            delta, self._pending = delta.merge(self._pending), None
+        if delta.finish_reason is not None:
+            self._send.close()
+        return delta
+
+    def close(self) -> None:
+        self._receive.close()
+        self._send.close()
