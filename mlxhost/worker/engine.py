@@ -10,6 +10,7 @@ keeps serving while a step computes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -22,7 +23,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import anyio.from_thread
 import anyio.to_thread
 import mlx.core as mx
 import mlx_lm
@@ -118,15 +118,39 @@ class Engine:
                 engine._stop()
 
     async def _run_thread(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        loaded = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(
-                anyio.to_thread.run_sync,
-                self._thread_main,
-                lambda: anyio.from_thread.run_sync(loaded.set),
-            )
-            await loaded.wait()  # a failed load raises out of the task group instead
-            task_status.started()
+        # A thread of our own rather than one from anyio's pool: MLX keeps per-thread state
+        # (the thread's stream), which should end with the engine, not linger in an idle pool
+        # thread until interpreter exit.
+        loop = asyncio.get_running_loop()
+        ready = anyio.Event()  # set when the model is loaded, or when the thread ended early
+        finished = anyio.Event()
+        failure: list[BaseException] = []
+
+        def ended() -> None:
+            finished.set()
+            ready.set()
+
+        def main() -> None:
+            try:
+                self._thread_main(lambda: loop.call_soon_threadsafe(ready.set))
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is already closed
+                    loop.call_soon_threadsafe(ended)
+
+        threading.Thread(target=main, name="mlxhost-generation", daemon=True).start()
+        try:
+            await ready.wait()
+            if not finished.is_set():
+                task_status.started()
+                await finished.wait()
+        finally:
+            self._stop()
+            with anyio.CancelScope(shield=True):
+                await finished.wait()
+        if failure:
+            raise failure[0]
 
     # -- event loop side ---------------------------------------------------------------------
 
@@ -246,6 +270,7 @@ class Engine:
                     generator = self._new_generator(model)
         finally:
             generator.close()
+            mx.synchronize()  # no computation may outlive the thread that owns its stream
 
     def _new_generator(self, model: Any) -> Any:
         return BatchGenerator(

@@ -1,0 +1,127 @@
+"""Fixtures: the tiny model, and real `mlxhost serve` processes on a free port and a Unix socket."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from mlxhost.demo import make_model
+
+READY = re.compile(r"mlxhost ready: .* on (http://[\d.]+:\d+)?")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory.mktemp("models") / "tiny", size="tiny")
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    url: str | None
+    unix: Path | None
+    log: list[str] = field(default_factory=list)
+
+    def client(self, **kwargs: object) -> openai.OpenAI:
+        if self.url is None:
+            assert self.unix is not None
+            http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.unix)))
+            return openai.OpenAI(base_url="http://mlxhost/v1", api_key="unused", http_client=http, **kwargs)  # type: ignore[arg-type]
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", **kwargs)  # type: ignore[arg-type]
+
+    def async_client(self, **kwargs: object) -> openai.AsyncOpenAI:
+        assert self.url is not None
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key="unused", **kwargs)  # type: ignore[arg-type]
+
+    def http(self, timeout: float = 30.0) -> httpx.Client:
+        if self.url is None:
+            transport = httpx.HTTPTransport(uds=str(self.unix))
+            return httpx.Client(base_url="http://mlxhost", transport=transport, timeout=timeout)
+        return httpx.Client(base_url=self.url, timeout=timeout)
+
+    def health(self) -> dict:  # type: ignore[type-arg]
+        with self.http() as http:
+            return http.get("/health").json()  # type: ignore[no-any-return]
+
+    def engine(self) -> dict:  # type: ignore[type-arg]
+        return self.health()["engine"]  # type: ignore[no-any-return]
+
+    def wait_for(self, predicate, timeout: float = 10.0) -> dict:  # type: ignore[no-untyped-def,type-arg]
+        """Poll the engine's counters until `predicate(counters)` holds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            counters = self.engine()
+            if predicate(counters):
+                return counters
+            if time.monotonic() > deadline:
+                raise AssertionError(f"engine never reached the expected state: {counters}")
+            time.sleep(0.02)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+
+
+def start_server(
+    *args: str, env: dict[str, str] | None = None, tcp: bool = True, timeout: float = 60.0
+) -> Server:
+    command = [sys.executable, "-m", "mlxhost", "serve", *args]
+    if tcp:
+        command += ["--port", "0"]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert process.stdout is not None
+    log: list[str] = []
+    deadline = time.monotonic() + timeout
+    url = None
+    for line in process.stdout:
+        log.append(line)
+        if match := READY.search(line):
+            url = match.group(1)
+            break
+        if time.monotonic() > deadline:
+            break
+    else:
+        process.wait()
+        raise RuntimeError("mlxhost serve exited before it was ready:\n" + "".join(log))
+    unix = Path(args[args.index("--unix") + 1]) if "--unix" in args else None
+    server = Server(process, url, unix, log)
+    # Keep reading its output so the pipe never fills and blocks the server.
+    threading.Thread(target=lambda: log.extend(process.stdout), daemon=True).start()  # type: ignore[arg-type]
+    return server
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    socket = tmp_path_factory.mktemp("sock") / "mlxhost.sock"
+    running = start_server("--model", str(tiny_model), "--unix", str(socket))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[openai.OpenAI]:
+    with server.client() as c:
+        yield c

@@ -1,0 +1,143 @@
+"""Bad requests get OpenAI-shaped errors with the right status, naming the field at fault."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from conftest import Server
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def chat(**fields: object) -> dict[str, object]:
+    return {"messages": MESSAGES, **fields}
+
+
+BAD_CHAT_BODIES = [
+    # (body, param named in the error)
+    ({}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages[0].content[0].type"),
+    (chat(max_tokens=0), "max_tokens"),
+    (chat(max_tokens="10"), "max_tokens"),
+    (chat(max_tokens=2.5), "max_tokens"),
+    (chat(max_tokens=10**9), "max_tokens"),
+    (chat(max_completion_tokens=-1), "max_completion_tokens"),
+    (chat(temperature=3), "temperature"),
+    (chat(temperature="hot"), "temperature"),
+    (chat(top_p=0), "top_p"),
+    (chat(top_p=1.5), "top_p"),
+    (chat(top_k=-1), "top_k"),
+    (chat(min_p=2), "min_p"),
+    (chat(stop=["a", "b", "c", "d", "e"]), "stop"),
+    (chat(stop=7), "stop"),
+    (chat(stop=[""]), "stop[0]"),
+    (chat(stream="yes"), "stream"),
+    (chat(stream_options={"include_usage": "yes"}), "stream_options.include_usage"),
+    (chat(n=2), "n"),
+    (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+    (chat(response_format={"type": "json_object"}), "response_format.type"),
+    (chat(logit_bias={"1": 5}), "logit_bias"),
+    (chat(presence_penalty=5), "presence_penalty"),
+    (chat(frequency_penalty=-3), "frequency_penalty"),
+    (chat(repetition_penalty=0), "repetition_penalty"),
+    (chat(top_logprobs=50, logprobs=True), "top_logprobs"),
+    (chat(top_logprobs=2), "top_logprobs"),
+    (chat(seed="abc"), "seed"),
+    (chat(model=5), "model"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages[0].tool_calls"),
+]
+
+
+@pytest.mark.parametrize(("body", "param"), BAD_CHAT_BODIES)
+def test_bad_chat_request_names_the_field(server: Server, body: dict[str, object], param: str) -> None:
+    with server.http() as http:
+        response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert param.split("[")[0].split(".")[0] in error["message"]
+
+
+BAD_COMPLETION_BODIES = [
+    ({"prompt": ""}, "prompt"),
+    ({"prompt": []}, "prompt"),
+    ({"prompt": [1, -5]}, "prompt[1]"),
+    ({"prompt": [1, 10**6]}, "prompt[1]"),
+    ({"prompt": ["a", "b"]}, "prompt[0]"),
+    ({"prompt": "hi", "logprobs": 99}, "logprobs"),
+    ({"prompt": "hi", "echo": True}, "echo"),
+    ({"prompt": "hi", "suffix": "x"}, "suffix"),
+    ({"prompt": "word " * 5000}, "prompt"),
+    ({"prompt": "hi", "max_tokens": 4095}, "max_tokens"),
+]
+
+
+@pytest.mark.parametrize(("body", "param"), BAD_COMPLETION_BODIES)
+def test_bad_completion_request_names_the_field(
+    server: Server, body: dict[str, object], param: str
+) -> None:
+    with server.http() as http:
+        response = http.post("/v1/completions", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+def test_context_overflow_says_so(server: Server) -> None:
+    with server.http() as http:
+        response = http.post("/v1/completions", json={"prompt": "word " * 5000})
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded" and "4096" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"{", b"not json", b"[1, 2]", b'"text"', b"null", b'{"messages": [}', "{\"x\": \"\udcff\"}".encode("utf-8", "surrogatepass")],
+)
+def test_malformed_json_is_a_400(server: Server, raw: bytes) -> None:
+    with server.http() as http:
+        response = http.post(
+            "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_body_over_the_limit_is_a_413(server: Server) -> None:
+    body = json.dumps(chat(user="x" * (5 * 1024 * 1024)))
+    with server.http() as http:
+        response = http.post("/v1/chat/completions", content=body)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+
+
+def test_unknown_route_is_a_404_and_wrong_method_a_405(server: Server) -> None:
+    with server.http() as http:
+        missing = http.get("/v1/nothing-here")
+        wrong = http.get("/v1/chat/completions")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert wrong.status_code == 405 and "GET" in wrong.json()["error"]["message"]
+
+
+def test_the_openai_client_raises_bad_request_with_the_param(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, temperature=9)  # type: ignore[arg-type]
+    assert caught.value.param == "temperature"  # type: ignore[attr-defined]
+
+
+def test_errors_keep_the_server_healthy(server: Server) -> None:
+    with server.http() as http:
+        for _ in range(3):
+            http.post("/v1/chat/completions", content=b"{")
+        reply = http.post("/v1/chat/completions", json=chat(max_tokens=3))
+    assert reply.status_code == 200
+    assert httpx.codes.is_success(reply.status_code)

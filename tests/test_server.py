@@ -1,0 +1,152 @@
+"""`mlxhost serve` as a process: signals, sockets, the demo default, and startup errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import Server, start_server
+
+PROMPT = [{"role": "user", "content": "Hello"}]
+
+
+def stream_in_background(server: Server, max_tokens: int) -> tuple[threading.Thread, list[str], threading.Event]:
+    lines: list[str] = []
+    started = threading.Event()
+
+    def run() -> None:
+        body = {"messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+        with server.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+            for line in response.iter_lines():
+                lines.append(line)
+                if '"content"' in line:
+                    started.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, lines, started
+
+
+def events(lines: list[str]) -> list[object]:
+    return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]" for line in lines if line.startswith("data: ")]
+
+
+def test_sigterm_lets_a_running_stream_finish_then_exits_0(tiny_model: Path, tmp_path: Path) -> None:
+    socket = tmp_path / "s.sock"
+    server = start_server("--model", str(tiny_model), "--unix", str(socket))
+    thread, lines, started = stream_in_background(server, max_tokens=300)
+    assert started.wait(10)
+    assert server.stop(signal.SIGTERM) == 0
+    thread.join(10)
+    received = events(lines)
+    assert received[-1] == "[DONE]"
+    assert received[-2]["choices"][0]["finish_reason"] in ("length", "stop")  # type: ignore[index]
+    assert not socket.exists()
+
+
+def test_sigterm_past_the_grace_ends_streams_with_a_shutdown_error(tiny_model: Path, tmp_path: Path) -> None:
+    socket = tmp_path / "s.sock"
+    server = start_server(
+        "--model", str(tiny_model), "--unix", str(socket), "--shutdown-grace", "1"
+    )
+    thread, lines, started = stream_in_background(server, max_tokens=4000)
+    assert started.wait(10)
+    server.process.send_signal(signal.SIGTERM)
+    # While it drains, new work is refused.
+    with server.http() as http:
+        refused = http.post("/v1/chat/completions", json={"messages": PROMPT, "max_tokens": 2})
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "shutting_down"
+    assert server.process.wait(30) == 0
+    thread.join(10)
+    received = events(lines)
+    assert received[-1] == "[DONE]"
+    assert received[-2]["error"]["code"] == "shutting_down"  # type: ignore[index]
+    assert not socket.exists()
+
+
+def test_unix_socket_only(tiny_model: Path, tmp_path: Path) -> None:
+    socket = tmp_path / "only.sock"
+    server = start_server("--model", str(tiny_model), "--unix", str(socket), "--no-tcp", tcp=False)
+    try:
+        assert server.url is None
+        with server.http() as http:
+            assert http.get("/v1/models").status_code == 200
+    finally:
+        assert server.stop() == 0
+    assert not socket.exists()
+
+
+def test_serve_without_a_model_serves_the_demo(tmp_path: Path) -> None:
+    server = start_server(env={"XDG_CACHE_HOME": str(tmp_path)})
+    try:
+        with server.client() as client:
+            assert [m.id for m in client.models.list().data] == ["mlxhost-demo"]
+            reply = client.chat.completions.create(model="anything", messages=PROMPT, max_tokens=4)  # type: ignore[arg-type]
+            assert reply.model == "mlxhost-demo"
+    finally:
+        server.stop()
+    log = "".join(server.log)
+    assert "demo model" in log and "random weights" in log and "--model" in log
+    assert (tmp_path / "mlxhost").is_dir()
+
+
+def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "mlxhost", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_a_hub_id_not_in_the_cache_is_refused_without_downloading(tmp_path: Path) -> None:
+    result = run_serve("--model", "someone/some-model", env={"HF_HOME": str(tmp_path)})
+    assert result.returncode != 0
+    assert "not in the local Hugging Face cache" in result.stderr
+    assert "never downloads" in result.stderr
+
+
+def test_a_missing_model_directory_is_refused(tmp_path: Path) -> None:
+    result = run_serve("--model", str(tmp_path / "nope"))
+    assert result.returncode != 0 and "no model directory" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--port", "eighty"], {}, "'port' (from --port): 'eighty'"),
+        (["--port", "70000"], {}, "<= 65535"),
+        ([], {"MLXHOST_MAX_BATCH": "0"}, "'max_batch' (from MLXHOST_MAX_BATCH)"),
+        (["--log-level", "loud"], {}, "one of debug, info, warning, error"),
+        (["--no-tcp"], {}, "'no_tcp' needs option 'unix'"),
+    ],
+)
+def test_bad_settings_stop_startup_with_a_clear_message(
+    args: list[str], env: dict[str, str], named: str
+) -> None:
+    result = run_serve(*args, env=env)
+    assert result.returncode != 0
+    assert named in result.stderr
+
+
+def test_a_port_in_use_is_reported(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model))
+    try:
+        assert server.url is not None
+        port = server.url.rsplit(":", 1)[1]
+        result = run_serve("--model", str(tiny_model), "--port", port)
+        assert result.returncode != 0 and "cannot listen" in result.stderr
+        assert httpx.get(f"{server.url}/health").status_code == 200
+    finally:
+        server.stop()
