@@ -14,8 +14,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..config import Settings
-from ..worker.engine import Engine
-from .completions import Serving, chat_completions, completions, serving
+from ..worker.engine import Engine, EngineStopped
+from .completions import Serving, chat_completions, completions, serving, shutting_down
 from .errors import APIError, InternalError, MethodNotAllowed, NotFound
 from .openapi import openapi_document
 
@@ -36,6 +36,7 @@ def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
         ],
         exception_handlers={
             APIError: api_error,
+            EngineStopped: engine_stopped,
             HTTPException: http_error,
             Exception: internal_error,
         },
@@ -89,6 +90,10 @@ async def openapi(request: Request) -> Response:
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
     return exc.response()
+
+
+async def engine_stopped(request: Request, exc: Exception) -> Response:
+    return shutting_down().response()
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

@@ -16,13 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..config import Settings
-from ..worker.engine import Engine
+from ..worker.engine import Engine, EngineStopped
 from ..worker.sessions import Delta, GenerationRequest, SamplingParams, TokenLogprob
 from .errors import APIError, InternalError, InvalidRequest, PayloadTooLarge, ServiceUnavailable
 from .formats import DONE, KEEPALIVE, ChatFormat, CompletionFormat, sse
 from .schemas import ChatCompletionRequest, CompletionRequest, parse_body
 
-__all__ = ["Serving", "chat_completions", "completions"]
+__all__ = ["Serving", "chat_completions", "completions", "shutting_down"]
 
 Format = ChatFormat | CompletionFormat
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, but the access log does
@@ -159,6 +159,15 @@ async def _respond(
 
 
 async def _stream(service: Serving, generation: GenerationRequest, fmt: Format) -> AsyncIterator[bytes]:
+    try:
+        async for frame in _frames(service, generation, fmt):
+            yield frame
+    except EngineStopped:
+        yield sse(shutting_down().body())
+        yield DONE
+
+
+async def _frames(service: Serving, generation: GenerationRequest, fmt: Format) -> AsyncIterator[bytes]:
     ended = object()
     async with service.engine.generate(generation) as session:
         first = fmt.first_chunk()
@@ -216,11 +225,15 @@ async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> N
     scope.cancel()
 
 
+def shutting_down() -> ServiceUnavailable:
+    return ServiceUnavailable(
+        "the server is shutting down; the generation was stopped", code="shutting_down"
+    )
+
+
 def _failure(final: Delta) -> APIError:
     if final.finish_reason == "cancelled":
         if final.error == "shutdown":
-            return ServiceUnavailable(
-                "the server is shutting down; the generation was stopped", code="shutting_down"
-            )
+            return shutting_down()
         return ServiceUnavailable(f"the generation was cancelled ({final.error})", code="cancelled")
     return InternalError(final.error or "the generation failed")

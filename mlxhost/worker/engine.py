@@ -32,7 +32,7 @@ from .sampling import SamplerCache, logits_processors_for
 from .sessions import Delta, GenerationRequest, GenerationSession, TokenLogprob
 from .textstream import TextStream
 
-__all__ = ["Engine", "EngineOptions", "EngineStatistics"]
+__all__ = ["Engine", "EngineOptions", "EngineStatistics", "EngineStopped"]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -97,7 +97,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle = anyio.Event()
         self._idle.set()
-        self._open_sessions = 0
+        self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
         self._sampler_cache = SamplerCache()
 
     @classmethod
@@ -107,8 +107,6 @@ class Engine:
     ) -> AsyncIterator[Engine]:
         """Load the model in a new generation thread; stop the thread on exit."""
         engine = cls(model_path, options)
-        # The generation thread must hand results over without waiting for the loop, which
-        # anyio's from_thread cannot do; the host runs on asyncio (Hypercorn needs it anyway).
         engine._loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as tg:
             await tg.start(engine._run_thread)
@@ -121,7 +119,8 @@ class Engine:
         # A thread of our own rather than one from anyio's pool: MLX keeps per-thread state
         # (the thread's stream), which should end with the engine, not linger in an idle pool
         # thread until interpreter exit.
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None
         ready = anyio.Event()  # set when the model is loaded, or when the thread ended early
         finished = anyio.Event()
         failure: list[BaseException] = []
@@ -154,10 +153,6 @@ class Engine:
 
     # -- event loop side ---------------------------------------------------------------------
 
-    @property
-    def eos_token_ids(self) -> set[int]:
-        return set(self._tokenizer.eos_token_ids)
-
     async def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         def encode() -> list[int]:
             with self._tokenizer_lock:
@@ -181,8 +176,9 @@ class Engine:
         if self._stopping:
             raise EngineStopped("the engine is shutting down")
         session = GenerationSession(request, wake_engine=self._wake.set)
-        self._open_sessions += 1
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        if not self._sessions:
+            self._idle = anyio.Event()
+        self._sessions.add(session)
         self._waiting += 1
         self._incoming.put(session)
         self._wake.set()
@@ -199,9 +195,8 @@ class Engine:
             session.close()
 
     def cancel_all(self, reason: str) -> None:
-        for row in list(self._rows.values()):
-            row.session.cancel(reason, self._counters.steps)
-        self._wake.set()
+        for session in list(self._sessions):
+            session.cancel(reason, self._counters.steps)
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -238,8 +233,8 @@ class Engine:
         for session, delta in outputs:
             session.deliver(delta)
             if delta.finish_reason is not None:
-                self._open_sessions -= 1
-        if self._open_sessions == 0:
+                self._sessions.discard(session)
+        if not self._sessions:
             self._idle.set()
 
     # -- generation thread -------------------------------------------------------------------
@@ -387,6 +382,8 @@ class Engine:
         self._publish(outputs)
 
     def _publish(self, outputs: list[tuple[GenerationSession, Delta]]) -> None:
+        # The generation thread never waits for the event loop (anyio's from_thread would make
+        # it wait); the host runs on asyncio anyway, since Hypercorn serves on asyncio.
         if not outputs or self._loop is None:
             return
         try:

@@ -85,7 +85,7 @@ class Delta:
         )
 
 
-@dataclass
+@dataclass(eq=False)  # identity: sessions live in sets
 class GenerationSession:
     request: GenerationRequest
     wake_engine: Callable[[], None]
