@@ -150,3 +150,15 @@ def test_a_port_in_use_is_reported(tiny_model: Path) -> None:
         assert httpx.get(f"{server.url}/health").status_code == 200
     finally:
         server.stop()
+
+
+def test_streams_send_keepalive_comments_while_waiting(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--keepalive-seconds", "0.001")
+    try:
+        body = {"prompt": [100] * 3500, "max_tokens": 5, "temperature": 0, "stream": True}
+        with server.http() as http, http.stream("POST", "/v1/completions", json=body) as response:
+            lines = list(response.iter_lines())
+    finally:
+        server.stop()
+    assert ": keep-alive" in lines
+    assert lines[-2:] == ["data: [DONE]", ""] or lines[-1] == "data: [DONE]"
