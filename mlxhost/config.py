@@ -47,6 +47,16 @@ def _positive_number(value: object) -> float:
     return number
 
 
+def _non_negative_number(value: object) -> float:
+    """a number >= 0"""
+    if isinstance(value, bool):
+        raise ValueError
+    number = float(value) if isinstance(value, str | int | float) else None
+    if number is None or not number >= 0:
+        raise ValueError
+    return number
+
+
 def _text(value: object) -> str:
     """a non-empty string"""
     if not isinstance(value, str) or not value.strip():
@@ -99,6 +109,12 @@ class Settings:
     prefill_step: int = _option(2048, _integer(16), "prompt tokens per prefill chunk")
     keepalive_seconds: float = _option(
         5.0, _positive_number, "SSE comment interval while a stream has no tokens"
+    )
+    stream_interval: float = _option(
+        0.01,
+        _non_negative_number,
+        "shortest gap in seconds between two SSE frames of a stream; faster tokens are sent "
+        "together (0: a frame per token)",
     )
     shutdown_grace: float = _option(
         10.0, _positive_number, "seconds running requests may finish after SIGTERM"
