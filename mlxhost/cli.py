@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
         help = f"{field.metadata['help']} (default: {field.default})"
         if field.type in ("bool", bool):
             serve.add_argument(flag, dest=field.name, action="store_const", const=True, help=help)
+        elif field.metadata["repeat"]:
+            serve.add_argument(flag, dest=field.name, action="append", metavar=field.name.upper(), help=help)
         else:
             serve.add_argument(flag, dest=field.name, metavar=field.name.upper(), help=help)
     return parser
@@ -45,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request at INFO: one line per proxied request is noise, not news.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if command == "serve":
         _serve(settings)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "Settings", "load_settings"]
+__all__ = ["ConfigError", "ModelSpec", "Settings", "load_settings", "settings_from_options"]
 
 ENV_PREFIX = "MLXHOST_"
 DEFAULT_CONFIG_FILE = Path("config/mlxhost.toml")
@@ -22,6 +22,10 @@ DEFAULT_CONFIG_FILE = Path("config/mlxhost.toml")
 
 class ConfigError(Exception):
     """An option has a value mlxhost cannot use; the message names option, value and what is valid."""
+
+
+class _Invalid(ValueError):
+    """A parser's own account of what is wrong (plain ValueErrors fall back to its docstring)."""
 
 
 def _integer(low: int, high: int | None = None) -> Callable[[object], int]:
@@ -87,8 +91,85 @@ def _log_level(value: object) -> str:
     return value.lower()
 
 
-def _option(default: Any, parse: Callable[[object], Any], help: str) -> Any:
-    return dataclasses.field(default=default, metadata={"parse": parse, "help": help})
+def _option(default: Any, parse: Callable[[object], Any], help: str, repeat: bool = False) -> Any:
+    return dataclasses.field(
+        default=default, metadata={"parse": parse, "help": help, "repeat": repeat}
+    )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One servable model: where it is, what it is called, and its own limits."""
+
+    id: str
+    path: str  # a model directory, or a Hugging Face repo id already in the local cache
+    aliases: tuple[str, ...] = ()
+    preload: bool | None = None  # None: the default (first) model preloads, others on demand
+    idle_ttl: float | None = None  # seconds unused before it is unloaded; None: the host's idle_ttl
+    max_batch: int | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.id, *self.aliases)
+
+
+_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch"}
+
+
+def _model_specs(value: object) -> tuple[ModelSpec, ...]:
+    """a model directory or repo id, ID=PATH, or a list of those or of [[model]] tables"""
+    if isinstance(value, str):
+        items: list[object] = [v for v in value.split(",") if v.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise ValueError
+    specs = [_model_spec(item) for item in items]
+    seen: set[str] = set()
+    for spec in specs:
+        for name in spec.names:
+            if name in seen:
+                raise _Invalid(f"the model name '{name}' is used twice")
+            seen.add(name)
+    return tuple(specs)
+
+
+def _model_spec(item: object) -> ModelSpec:
+    if isinstance(item, str):
+        model_id, sep, path = item.strip().partition("=")
+        if not sep:
+            path = model_id
+            model_id = Path(path).name if Path(path).expanduser().is_dir() else path
+        if not model_id or not path:
+            raise _Invalid(f"'{item}' is not PATH or ID=PATH")
+        return ModelSpec(model_id, path)
+    if not isinstance(item, dict):
+        raise ValueError
+    unknown = set(item) - _MODEL_KEYS
+    if unknown:
+        raise _Invalid(f"unknown model key(s) {sorted(unknown)}; valid: {sorted(_MODEL_KEYS)}")
+    path = item.get("path")
+    if not isinstance(path, str) or not path:
+        raise _Invalid("each [[model]] needs a 'path'")
+    model_id = item.get("id", Path(path).name)
+    aliases = item.get("aliases", [])
+    if not isinstance(model_id, str) or not model_id:
+        raise _Invalid("a model 'id' must be a non-empty string")
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+        raise _Invalid("'aliases' must be a list of names")
+    preload = item.get("preload")
+    if preload is not None and not isinstance(preload, bool):
+        raise _Invalid("'preload' must be true or false")
+    idle_ttl = item.get("idle_ttl")
+    max_batch = item.get("max_batch")
+    return ModelSpec(
+        model_id,
+        path,
+        tuple(aliases),
+        preload,
+        None if idle_ttl is None else _non_negative_number(idle_ttl),
+        None if max_batch is None else _integer(1, 1024)(max_batch),
+    )
 
 
 @dataclass(frozen=True)
@@ -97,10 +178,38 @@ class Settings:
     port: int = _option(8080, _integer(0, 65535), "TCP port (0 picks a free one)")
     unix: str | None = _option(None, _optional_text, "Unix socket path, served beside TCP")
     no_tcp: bool = _option(False, _boolean, "serve only on the Unix socket")
-    model: str | None = _option(
-        None, _optional_text, "model directory or a Hugging Face repo id already in the local cache"
+    model: tuple[ModelSpec, ...] = _option(
+        (),
+        _model_specs,
+        "a model to serve: a directory, a Hugging Face repo id already in the local cache, or "
+        "ID=PATH; repeat for several (default: the built-in demo model)",
+        repeat=True,
     )
-    model_id: str | None = _option(None, _optional_text, "name the API reports for the model")
+    model_id: str | None = _option(None, _optional_text, "name the API reports for a single --model")
+    in_process: bool = _option(False, _boolean, "serve the model in this process (no worker; for debugging)")
+    strict_models: bool = _option(
+        False, _boolean, "404 for an unknown model name (default: use the default model)"
+    )
+    max_resident: int = _option(2, _integer(1), "most models loaded at once")
+    memory_budget: int = _option(
+        0, _integer(0), "bytes the loaded models may use together, from their readings (0: no budget)"
+    )
+    idle_ttl: float = _option(0.0, _non_negative_number, "unload a model unused this many seconds (0: never)")
+    load_timeout: float = _option(120.0, _positive_number, "seconds a worker may take to become ready")
+    restart_limit: int = _option(3, _integer(0), "respawns allowed within restart_window")
+    restart_window: float = _option(60.0, _positive_number, "seconds of the rolling restart window")
+    crash_backoff: float = _option(
+        5.0, _non_negative_number, "wait before respawning after two early exits in a row"
+    )
+    early_exit: float = _option(10.0, _non_negative_number, "an exit this soon after spawn counts as early")
+    drain_timeout: float = _option(30.0, _non_negative_number, "seconds a stopping worker may finish requests")
+    stop_timeout: float = _option(5.0, _positive_number, "seconds from SIGTERM to SIGKILL for a worker")
+    worker_command: str | None = _option(
+        None, _optional_text, "command that starts a worker (default: this Python, -m mlxhost.worker)"
+    )
+    runtime_dir: str | None = _option(
+        None, _optional_text, "where the private runtime directory goes (default: XDG_RUNTIME_DIR or /tmp)"
+    )
     max_body_bytes: int = _option(4 * 1024 * 1024, _integer(1024), "largest request body")
     default_max_tokens: int = _option(512, _integer(1), "max_tokens when a request sets none")
     max_tokens_limit: int = _option(8192, _integer(1), "largest max_tokens a request may ask")
@@ -131,9 +240,10 @@ def _parse(name: str, raw: object, source: str) -> Any:
     parse = field.metadata["parse"]
     try:
         return parse(raw)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError) as exc:
+        expected = str(exc) if isinstance(exc, _Invalid) else parse.__doc__
         raise ConfigError(
-            f"invalid value for option '{name}' (from {source}): {raw!r}; expected {parse.__doc__}"
+            f"invalid value for option '{name}' (from {source}): {raw!r}; expected {expected}"
         ) from None
 
 
@@ -152,6 +262,15 @@ def _read_file(path: Path) -> dict[str, object]:
                 f"unknown option '{key}' in {path}; valid options: {', '.join(sorted(known))}"
             )
     return data
+
+
+def settings_from_options(options: Mapping[str, object]) -> Settings:
+    """Settings from a worker's launch record: the parent's values, checked again here."""
+    known = set(Settings.option_names())
+    for name in options:
+        if name not in known:
+            raise ConfigError(f"unknown option '{name}' in the launch record")
+    return Settings(**{name: _parse(name, raw, "launch record") for name, raw in options.items()})
 
 
 def load_settings(
@@ -182,4 +301,8 @@ def load_settings(
     settings = Settings(**values)
     if settings.no_tcp and settings.unix is None:
         raise ConfigError("option 'no_tcp' needs option 'unix': nothing would be served")
+    if settings.model_id is not None and len(settings.model) == 1:
+        settings = dataclasses.replace(
+            settings, model=(dataclasses.replace(settings.model[0], id=settings.model_id),)
+        )
     return settings

@@ -55,8 +55,23 @@ class Server:
         with self.http() as http:
             return http.get("/health").json()  # type: ignore[no-any-return]
 
-    def engine(self) -> dict:  # type: ignore[type-arg]
-        return self.health()["engine"]  # type: ignore[no-any-return]
+    def worker_health(self, model: str | None = None) -> dict:  # type: ignore[type-arg]
+        """The /health of a model's worker, read straight from its private socket."""
+        health = self.health()
+        if "engine" in health:  # --in-process: the host is the worker
+            return health
+        workers = health["workers"]
+        worker = next(w for w in workers if model is None or w["model"] == model)
+        transport = httpx.HTTPTransport(uds=worker["socket"])
+        with httpx.Client(base_url="http://worker", transport=transport, timeout=30) as http:
+            return http.get("/health").json()  # type: ignore[no-any-return]
+
+    def engine(self, model: str | None = None) -> dict:  # type: ignore[type-arg]
+        return self.worker_health(model)["engine"]  # type: ignore[no-any-return]
+
+    def worker(self, model: str | None = None) -> dict:  # type: ignore[type-arg]
+        workers = self.health()["workers"]
+        return next(w for w in workers if model is None or w["model"] == model)  # type: ignore[no-any-return]
 
     def wait_for(self, predicate, timeout: float = 10.0) -> dict:  # type: ignore[no-untyped-def,type-arg]
         """Poll the engine's counters until `predicate(counters)` holds."""

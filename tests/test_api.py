@@ -219,8 +219,13 @@ def test_openapi_document_describes_the_routes(server: Server) -> None:
     assert "messages" in chat["required"] and "temperature" in chat["properties"]
 
 
-def test_health_reports_engine_and_memory(server: Server) -> None:
+def test_health_reports_workers_and_memory(server: Server) -> None:
     health = server.health()
     assert health["status"] == "ok"
-    assert health["context_length"] == 4096
-    assert health["memory"]["active_bytes"] > 0
+    (worker,) = health["workers"]
+    assert worker["state"] == "ready" and worker["pid"] > 0 and worker["restarts"] == 0
+    memory = worker["memory"]
+    # The weights are resident, and the process holds more than MLX's own buffers.
+    assert memory["active_bytes"] > 0 and memory["rss_bytes"] > memory["active_bytes"]
+    inner = server.worker_health()
+    assert inner["context_length"] == 4096 and inner["memory"]["active_bytes"] > 0

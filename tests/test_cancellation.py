@@ -14,7 +14,7 @@ LONG = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens"
 
 def test_streaming_client_disconnect_stops_generation(server: Server) -> None:
     before = server.wait_for(lambda c: c["active"] == 0)
-    memory_before = server.health()["memory"]["active_bytes"]
+    memory_before = server.worker_health()["memory"]["active_bytes"]
     with server.http() as http:
         with http.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as response:
             lines = response.iter_lines()
@@ -25,7 +25,7 @@ def test_streaming_client_disconnect_stops_generation(server: Server) -> None:
     after = server.wait_for(lambda c: c["cancelled"] == before["cancelled"] + 1 and c["active"] == 0)
     # The KV cache of hundreds of tokens went with the session (the tiny model's is ~0.5 KB a token).
     assert in_flight > 200
-    assert server.health()["memory"]["active_bytes"] - memory_before < 64 * 1024
+    assert server.worker_health()["memory"]["active_bytes"] - memory_before < 64 * 1024
     assert after["completed"] == before["completed"]
     assert after["last_cancel_lag_steps"] <= 1
     assert after["generated_tokens"] - before["generated_tokens"] < 4000

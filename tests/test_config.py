@@ -9,7 +9,7 @@ from mlxhost.config import ConfigError, Settings, load_settings
 
 def test_defaults_are_safe() -> None:
     settings = load_settings(env={}, config_file=None)
-    assert settings.host == "127.0.0.1" and settings.port == 8080 and settings.model is None
+    assert settings.host == "127.0.0.1" and settings.port == 8080 and settings.model == ()
 
 
 def test_cli_beats_env_beats_file(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+import psutil
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -16,7 +16,7 @@ from starlette.routing import Route
 from ..config import Settings
 from ..worker.engine import Engine, EngineStopped
 from .completions import Serving, chat_completions, completions, serving, shutting_down
-from .errors import APIError, InternalError, MethodNotAllowed, NotFound
+from .errors import EXCEPTION_HANDLERS, NotFound
 from .openapi import openapi_document
 
 __all__ = ["create_app"]
@@ -34,12 +34,7 @@ def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
             Route("/health", health, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
         ],
-        exception_handlers={
-            APIError: api_error,
-            EngineStopped: engine_stopped,
-            HTTPException: http_error,
-            Exception: internal_error,
-        },
+        exception_handlers={**EXCEPTION_HANDLERS, EngineStopped: engine_stopped},
     )
     app.state.serving = Serving(engine, settings, model_id)
     app.state.started = int(time.time())
@@ -77,7 +72,7 @@ async def health(request: Request) -> Response:
             "context_length": engine.context_length,
             "load_seconds": round(engine.load_seconds, 3),
             "engine": asdict(engine.statistics()),
-            "memory": engine.memory(),
+            "memory": {**engine.memory(), "rss_bytes": psutil.Process().memory_info().rss},
         },
         status_code=200 if service.accepting else 503,
     )
@@ -87,25 +82,5 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(openapi_document())
 
 
-async def api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, APIError)
-    return exc.response()
-
-
 async def engine_stopped(request: Request, exc: Exception) -> Response:
     return shutting_down().response()
-
-
-async def http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        return NotFound(f"no route {request.method} {request.url.path}").response()
-    if exc.status_code == 405:
-        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
-        return JSONResponse(error.body(), status_code=405, headers=exc.headers)
-    return APIError(exc.detail).response()
-
-
-async def internal_error(request: Request, exc: Exception) -> Response:
-    # Starlette logs the traceback after this handler answers; the client sees no details.
-    return InternalError("the server failed to handle this request").response()

@@ -24,7 +24,8 @@ from ..worker.sessions import (
     SamplingParams,
     TokenLogprob,
 )
-from .errors import APIError, InternalError, InvalidRequest, PayloadTooLarge, ServiceUnavailable
+from .body import read_body as read_limited_body
+from .errors import APIError, InternalError, InvalidRequest, ServiceUnavailable
 from .formats import DONE, KEEPALIVE, ChatFormat, CompletionFormat, sse
 from .schemas import ChatCompletionRequest, CompletionRequest, parse_body
 
@@ -50,24 +51,24 @@ def serving(request: Request) -> Serving:
 
 async def chat_completions(request: Request) -> Response:
     service = serving(request)
-    body = parse_body(ChatCompletionRequest, await read_body(request, service))
+    chat = parse_body(ChatCompletionRequest, await read_body(request, service))
     messages = [
         {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-        for m in body.messages
+        for m in chat.messages
     ]
     prompt = await service.engine.encode_chat(messages)
-    generation = _generation_request(body, prompt, service, prompt_param="messages")
-    fmt = ChatFormat(service.model_id, len(prompt), include_usage=body.wants_usage_chunk())
-    return await _respond(request, service, generation, fmt, bool(body.stream))
+    generation = _generation_request(chat, prompt, service, prompt_param="messages")
+    fmt = ChatFormat(service.model_id, len(prompt), include_usage=chat.wants_usage_chunk())
+    return await _respond(request, service, generation, fmt, bool(chat.stream))
 
 
 async def completions(request: Request) -> Response:
     service = serving(request)
-    body = parse_body(CompletionRequest, await read_body(request, service))
-    if isinstance(body.prompt, str):
-        prompt = await service.engine.encode(body.prompt)
+    completion = parse_body(CompletionRequest, await read_body(request, service))
+    if isinstance(completion.prompt, str):
+        prompt = await service.engine.encode(completion.prompt)
     else:
-        prompt = list(body.prompt)
+        prompt = list(completion.prompt)
         vocab = service.engine.vocab_size
         for i, token in enumerate(prompt):
             if token >= vocab:
@@ -75,28 +76,15 @@ async def completions(request: Request) -> Response:
                     f"prompt[{i}]: token id {token} is not in the vocabulary (0..{vocab - 1})",
                     param=f"prompt[{i}]",
                 )
-    generation = _generation_request(body, prompt, service, prompt_param="prompt")
-    fmt = CompletionFormat(service.model_id, len(prompt), include_usage=body.wants_usage_chunk())
-    return await _respond(request, service, generation, fmt, bool(body.stream))
+    generation = _generation_request(completion, prompt, service, prompt_param="prompt")
+    fmt = CompletionFormat(service.model_id, len(prompt), include_usage=completion.wants_usage_chunk())
+    return await _respond(request, service, generation, fmt, bool(completion.stream))
 
 
 async def read_body(request: Request, service: Serving) -> bytes:
     if not service.accepting:
         raise ServiceUnavailable("the server is shutting down", code="shutting_down")
-    limit = service.settings.max_body_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _too_large(limit)
-    return bytes(body)
-
-
-def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"the request body is over this server's limit of {limit} bytes")
+    return await read_limited_body(request, service.settings.max_body_bytes)
 
 
 def _generation_request(

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 __all__ = [
+    "EXCEPTION_HANDLERS",
     "APIError",
     "InternalError",
     "InvalidRequest",
@@ -92,3 +95,26 @@ class InternalError(APIError):
     status_code = 500
     type = "internal_error"
     code = "internal_error"
+
+
+async def api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return exc.response()
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return NotFound(f"no route {request.method} {request.url.path}").response()
+    if exc.status_code == 405:
+        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        return JSONResponse(error.body(), status_code=405, headers=exc.headers)
+    return APIError(exc.detail).response()
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    # Starlette logs the traceback after this handler answers; the client sees no details.
+    return InternalError("the server failed to handle this request").response()
+
+
+EXCEPTION_HANDLERS = {APIError: api_error, HTTPException: http_error, Exception: internal_error}

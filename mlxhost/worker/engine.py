@@ -97,6 +97,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle = anyio.Event()
         self._idle.set()
+        self._finished = anyio.Event()
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
         self._sampler_cache = SamplerCache()
 
@@ -201,6 +202,9 @@ class Engine:
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
+    async def wait_request_finished(self) -> None:
+        await self._finished.wait()
+
     def statistics(self) -> EngineStatistics:
         c = self._counters
         return EngineStatistics(
@@ -230,10 +234,15 @@ class Engine:
         self._wake.set()
 
     def _deliver(self, outputs: list[tuple[GenerationSession, Delta]]) -> None:
+        finished = False
         for session, delta in outputs:
             session.deliver(delta)
             if delta.finish_reason is not None:
                 self._sessions.discard(session)
+                finished = True
+        if finished:
+            self._finished.set()
+            self._finished = anyio.Event()
         if not self._sessions:
             self._idle.set()
 

@@ -1,0 +1,209 @@
+"""The model pool: which models are configured, which are resident, and which to load or unload.
+
+A request names a model (id or alias); a missing name means the default (first) model, and an
+unknown one the default as well, or 404 with `strict_models`. A model that is not resident is
+started on demand, one cold start at a time. Residency is bounded by `max_resident` and by
+`memory_budget`, counted from the workers' own memory readings (the weights' size until the
+first reading). To make room, the least recently used idle worker is drained and stopped; a
+worker with requests in flight is never chosen. A model unused for its idle TTL is unloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ..config import ModelSpec, Settings
+from .supervisor import Supervisor, WorkerState, WorkerUnavailable
+
+__all__ = ["ModelPool", "UnknownModel"]
+
+logger = logging.getLogger("mlxhost.pool")
+
+IDLE_CHECK_INTERVAL = 1.0
+
+
+class UnknownModel(Exception):
+    pass
+
+
+class ModelPool:
+    def __init__(
+        self,
+        settings: Settings,
+        specs: tuple[ModelSpec, ...],
+        paths: dict[str, Path],
+        runtime_dir: Path,
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        self.settings = settings
+        self.specs = specs
+        self.default = specs[0]
+        self._paths = paths
+        self._runtime_dir = runtime_dir
+        self._tg = task_group
+        self._names = {name: spec for spec in specs for name in spec.names}
+        self._resident: dict[str, Supervisor] = {}
+        self._cold_start = anyio.Lock()
+        self._socket_ids = iter(range(1, 1 << 30))
+        self.evictions = 0
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, settings: Settings, specs: tuple[ModelSpec, ...], paths: dict[str, Path], runtime_dir: Path
+    ) -> AsyncIterator[ModelPool]:
+        async with anyio.create_task_group() as tg:
+            pool = cls(settings, specs, paths, runtime_dir, tg)
+            tg.start_soon(pool._unload_idle)
+            try:
+                yield pool
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await pool.close()
+                tg.cancel_scope.cancel()
+
+    def resolve(self, name: object) -> ModelSpec:
+        if not isinstance(name, str) or not name:
+            return self.default
+        spec = self._names.get(name)
+        if spec is not None:
+            return spec
+        if self.settings.strict_models:
+            raise UnknownModel(
+                f"the model '{name}' does not exist; this host serves "
+                + ", ".join(repr(s.id) for s in self.specs)
+            )
+        return self.default
+
+    def supervisors(self) -> list[Supervisor]:
+        return list(self._resident.values())
+
+    def supervisor(self, model_id: str) -> Supervisor | None:
+        return self._resident.get(model_id)
+
+    async def preload(self) -> None:
+        """Start the models marked to preload (by default the default model) and wait for them."""
+        wanted = [s for s in self.specs if s.preload or (s.preload is None and s is self.default)]
+        for spec in wanted[: self.settings.max_resident]:
+            try:
+                with anyio.fail_after(self.settings.load_timeout + 1):
+                    await self.acquire(spec)
+            except (WorkerUnavailable, TimeoutError) as exc:
+                logger.error("model %s did not load at start: %s", spec.id, exc)
+
+    async def acquire(self, spec: ModelSpec) -> Supervisor:
+        """A ready worker for `spec`, starting it if it is not resident."""
+        supervisor = self._resident.get(spec.id)
+        if supervisor is None or supervisor.state is WorkerState.CLOSED:
+            async with self._cold_start:
+                supervisor = self._resident.get(spec.id)
+                if supervisor is None or supervisor.state is WorkerState.CLOSED:
+                    await self._make_room(spec)
+                    supervisor = Supervisor(
+                        spec,
+                        self._paths[spec.id],
+                        self.settings,
+                        self._runtime_dir / f"w{next(self._socket_ids)}.sock",
+                    )
+                    self._resident[spec.id] = supervisor
+                    await self._tg.start(self._supervise, supervisor)
+                with anyio.fail_after(self.settings.load_timeout):
+                    await supervisor.wait_ready()
+        else:
+            with anyio.fail_after(self.settings.load_timeout):
+                await supervisor.wait_ready()
+        supervisor.last_used = time.monotonic()
+        return supervisor
+
+    async def restart(self, model_id: str) -> Supervisor:
+        supervisor = self._resident.get(model_id)
+        if supervisor is None:
+            spec = self._names.get(model_id)
+            if spec is None:
+                raise UnknownModel(f"no worker '{model_id}'")
+            return await self.acquire(spec)
+        await supervisor.restart()
+        return supervisor
+
+    async def close(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for supervisor in list(self._resident.values()):
+                tg.start_soon(supervisor.stop, False)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": spec.id,
+                "aliases": list(spec.aliases),
+                "path": str(self._paths[spec.id]),
+                "resident": spec.id in self._resident,
+                "default": spec is self.default,
+            }
+            for spec in self.specs
+        ]
+
+    async def _supervise(self, supervisor: Supervisor, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await supervisor.run(task_status=task_status)
+        finally:
+            if self._resident.get(supervisor.id) is supervisor:
+                del self._resident[supervisor.id]
+
+    async def _make_room(self, spec: ModelSpec) -> None:
+        while True:
+            count_over = len(self._resident) + 1 > self.settings.max_resident
+            budget = self.settings.memory_budget
+            needed = self._expected_bytes(spec)
+            memory_over = budget > 0 and self._used_bytes() + needed > budget
+            if not (count_over or memory_over):
+                return
+            idle = [s for s in self._resident.values() if s.in_flight == 0]
+            if not idle:
+                why = "max_resident" if count_over else "memory_budget"
+                raise WorkerUnavailable(
+                    f"no room to load '{spec.id}': every loaded model has requests in flight "
+                    f"({why} reached); try again shortly",
+                    code="no_capacity",
+                    retry_after=2.0,
+                )
+            victim = min(idle, key=lambda s: s.last_used)
+            logger.info(
+                "unloading %s (least recently used) to make room for %s (%s)",
+                victim.id, spec.id, "max_resident" if count_over else "memory_budget",
+            )
+            self.evictions += 1
+            await victim.stop(drain=True)
+            self._resident.pop(victim.id, None)
+
+    def _used_bytes(self) -> int:
+        total = 0
+        for supervisor in self._resident.values():
+            reading = supervisor.memory
+            if reading is not None:
+                total += reading.active_bytes + reading.cache_bytes
+            else:
+                total += self._expected_bytes(supervisor.spec)
+        return total
+
+    def _expected_bytes(self, spec: ModelSpec) -> int:
+        return sum(f.stat().st_size for f in self._paths[spec.id].glob("*.safetensors"))
+
+    async def _unload_idle(self) -> None:
+        while True:
+            await anyio.sleep(IDLE_CHECK_INTERVAL)
+            now = time.monotonic()
+            for supervisor in list(self._resident.values()):
+                ttl = supervisor.spec.idle_ttl
+                ttl = self.settings.idle_ttl if ttl is None else ttl
+                if ttl and supervisor.in_flight == 0 and now - supervisor.last_used > ttl:
+                    logger.info("unloading %s: unused for %gs", supervisor.id, ttl)
+                    self._resident.pop(supervisor.id, None)
+                    self._tg.start_soon(supervisor.stop, True)

@@ -1,0 +1,104 @@
+"""`mlxhost serve` as the parent: a pool of supervised workers behind one HTTP front.
+
+The parent never imports MLX; a crashed worker costs only its own model's requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import shutil
+import tempfile
+from pathlib import Path
+
+import anyio
+
+from ..config import Settings
+from ..http import BindError, Listener, serve_in
+from ..shutdown import Shutdown
+from .app import create_host_app
+from .pool import ModelPool
+
+__all__ = ["make_runtime_dir", "serve_host"]
+
+logger = logging.getLogger("mlxhost")
+
+
+def make_runtime_dir(settings: Settings) -> Path:
+    """A private (0700) directory for worker sockets; the host removes it on exit."""
+    base = settings.runtime_dir or os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return Path(tempfile.mkdtemp(prefix="mlxhost-", dir=base))
+
+
+async def serve_host(settings: Settings) -> None:
+    from ..server import READY_PREFIX, StartupError, binds, model_specs
+    from ..worker.model_source import ModelNotFound, resolve_model
+
+    specs = model_specs(settings)
+    try:
+        paths = {spec.id: resolve_model(spec.path) for spec in specs}
+    except ModelNotFound as exc:
+        raise StartupError(str(exc)) from None
+    try:
+        listener = Listener(binds(settings))
+    except BindError as exc:
+        raise StartupError(str(exc)) from None
+    runtime_dir = make_runtime_dir(settings)
+    shutdown = Shutdown()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(shutdown.watch_signals)
+            async with ModelPool.open(settings, specs, paths, runtime_dir) as pool:
+                app = create_host_app(pool, settings)
+                async with anyio.create_task_group() as preloading:
+                    # A signal during a slow first load stops waiting for it.
+                    preloading.start_soon(_cancel_on, shutdown.requested, preloading.cancel_scope)
+                    await pool.preload()
+                    preloading.cancel_scope.cancel()
+                logger.info(
+                    "%s %s on %s",
+                    READY_PREFIX,
+                    ", ".join(s.id for s in specs),
+                    " and ".join(listener.addresses),
+                )
+                stop = anyio.Event()
+                async with anyio.create_task_group() as serving:
+                    serving.start_soon(_drain_on_shutdown, app.state.host, pool, shutdown, stop)
+                    serve_in(serving, listener, app, stop)
+            tg.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _drain_on_shutdown(host, pool: ModelPool, shutdown: Shutdown, stop: anyio.Event) -> None:  # type: ignore[no-untyped-def]
+    await shutdown.requested.wait()
+    grace = host.settings.shutdown_grace
+    logger.info(
+        "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
+    )
+    host.accepting = False
+    # Each worker drains itself within the same grace, then ends its streams with an error
+    # chunk saying why; the relays pass that on before Hypercorn closes the connections.
+    async with anyio.create_task_group() as tg:
+
+        async def force() -> None:
+            await shutdown.forced.wait()
+            for supervisor in pool.supervisors():
+                if supervisor.pid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(supervisor.pid, signal.SIGKILL)
+
+        tg.start_soon(force)
+        async with anyio.create_task_group() as stopping:
+            for supervisor in pool.supervisors():
+                stopping.start_soon(supervisor.stop, False)
+        tg.cancel_scope.cancel()
+    await anyio.sleep(0.05)
+    stop.set()

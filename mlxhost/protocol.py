@@ -1,0 +1,113 @@
+"""What the parent and a worker say to each other over the worker's stdin and stdout.
+
+    parent → worker stdin:   one JSON launch record line; then nothing. End of stdin means the
+                             parent is gone, and the worker stops.
+    worker → parent stdout:  `MLXHOST-READY {json}` once serving, then `MLXHOST-EVENT {json}`
+                             lines (memory readings). Any other line, on stdout or stderr, is
+                             the worker's log.
+
+A launch record of another protocol version, or one that does not parse, makes the worker exit
+with status 2 and the reason on stderr. This module imports nothing heavy: the parent uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "EVENT_PREFIX",
+    "PROTOCOL_VERSION",
+    "READY_PREFIX",
+    "BadLaunchRecord",
+    "LaunchRecord",
+    "MemoryReading",
+    "ReadyLine",
+    "parse_line",
+]
+
+PROTOCOL_VERSION = 1
+READY_PREFIX = "MLXHOST-READY "
+EVENT_PREFIX = "MLXHOST-EVENT "
+EXIT_BAD_LAUNCH = 2
+
+
+class BadLaunchRecord(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    worker_id: str
+    socket: str
+    model_path: str
+    model_id: str
+    # Serving options, by their Settings names (max_batch, default_max_tokens, ...).
+    options: dict[str, Any] = field(default_factory=dict)
+    version: int = PROTOCOL_VERSION
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self)).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, line: bytes | str) -> LaunchRecord:
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            raise BadLaunchRecord(f"the launch record is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadLaunchRecord("the launch record is not a JSON object")
+        version = data.get("version")
+        if version != PROTOCOL_VERSION:
+            raise BadLaunchRecord(
+                f"launch record protocol version {version!r}, this worker speaks "
+                f"{PROTOCOL_VERSION}: parent and worker come from different mlxhost versions"
+            )
+        try:
+            record = cls(**data)
+        except TypeError as exc:
+            raise BadLaunchRecord(f"malformed launch record: {exc}") from None
+        for name in ("worker_id", "socket", "model_path", "model_id"):
+            if not isinstance(getattr(record, name), str) or not getattr(record, name):
+                raise BadLaunchRecord(f"malformed launch record: '{name}' must be a non-empty string")
+        if not isinstance(record.options, dict):
+            raise BadLaunchRecord("malformed launch record: 'options' must be an object")
+        return record
+
+
+@dataclass(frozen=True)
+class ReadyLine:
+    pid: int
+    socket: str
+    model_id: str
+    version: int
+    load_seconds: float
+
+    def encode(self) -> str:
+        return READY_PREFIX + json.dumps(asdict(self))
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    active_bytes: int
+    cache_bytes: int
+    peak_bytes: int
+    rss_bytes: int
+
+    def encode(self) -> str:
+        return EVENT_PREFIX + json.dumps({"type": "worker.memory", **asdict(self)})
+
+
+def parse_line(line: str) -> ReadyLine | MemoryReading | None:
+    """A protocol line from a worker's stdout, or None for a log line."""
+    try:
+        if line.startswith(READY_PREFIX):
+            return ReadyLine(**json.loads(line[len(READY_PREFIX) :]))
+        if line.startswith(EVENT_PREFIX):
+            data = json.loads(line[len(EVENT_PREFIX) :])
+            if data.pop("type", None) == "worker.memory":
+                return MemoryReading(**data)
+    except (ValueError, TypeError):
+        pass
+    return None

@@ -1,0 +1,111 @@
+"""`python -m mlxhost.worker`: serve one model on a private Unix socket for the parent.
+
+See `mlxhost.protocol` for what goes over stdin and stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import psutil
+
+from ..config import ConfigError, Settings, settings_from_options
+from ..protocol import EXIT_BAD_LAUNCH, BadLaunchRecord, LaunchRecord, MemoryReading, ReadyLine
+from ..shutdown import Shutdown
+
+MEMORY_INTERVAL = 1.0
+RSS_GRANULARITY = 1 << 20  # RSS wobbles by pages; report it when it moves by a MiB or more
+
+logger = logging.getLogger("mlxhost.worker")
+
+
+def main() -> None:
+    line = sys.stdin.buffer.readline()
+    try:
+        if not line:
+            raise BadLaunchRecord("no launch record on stdin")
+        record = LaunchRecord.decode(line)
+        settings = settings_from_options(record.options)
+    except (BadLaunchRecord, ConfigError) as exc:
+        print(f"mlxhost worker: {exc}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_LAUNCH)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    anyio.run(_run, record, settings, backend="asyncio")
+
+
+async def _run(record: LaunchRecord, settings: Settings) -> None:
+    from .engine import Engine
+    from .serve import serve_model
+
+    shutdown = Shutdown()
+
+    def on_ready(engine: Engine, listener: object) -> None:
+        ready = ReadyLine(os.getpid(), record.socket, record.model_id, record.version, engine.load_seconds)
+        print(ready.encode(), flush=True)
+
+    async def background(engine: Engine) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(shutdown.watch_signals)
+            tg.start_soon(_watch_parent, shutdown)
+            tg.start_soon(_report_memory, engine)
+
+    await serve_model(
+        settings,
+        Path(record.model_path),
+        record.model_id,
+        [f"unix:{record.socket}"],
+        shutdown,
+        on_ready,
+        background,
+    )
+
+
+async def _watch_parent(shutdown: Shutdown) -> None:
+    # A blocking read returns only at end of file, when the parent has gone. It runs in a daemon
+    # thread of its own: a pool thread still blocked in read() would keep the process from exiting.
+    loop = asyncio.get_running_loop()
+    closed = anyio.Event()
+
+    def read_until_eof() -> None:
+        # os.read, not sys.stdin: a thread parked in a buffered read holds the buffer's lock,
+        # and the interpreter aborts when it finds that lock taken at exit.
+        while os.read(sys.stdin.fileno(), 4096):
+            pass
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            loop.call_soon_threadsafe(closed.set)
+
+    threading.Thread(target=read_until_eof, name="mlxhost-parent-watch", daemon=True).start()
+    await closed.wait()
+    shutdown.request("parent gone (stdin closed)")
+
+
+async def _report_memory(engine: object) -> None:
+    from .engine import Engine
+
+    assert isinstance(engine, Engine)
+    process = psutil.Process()
+    last: tuple[int, ...] | None = None
+    while True:
+        memory = engine.memory()
+        reading = MemoryReading(rss_bytes=process.memory_info().rss, **memory)
+        key = (reading.active_bytes, reading.cache_bytes, reading.peak_bytes, reading.rss_bytes // RSS_GRANULARITY)
+        if key != last:
+            print(reading.encode(), flush=True)
+            last = key
+        with anyio.move_on_after(MEMORY_INTERVAL):
+            await engine.wait_request_finished()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The serving core: one model's engine behind the OpenAI routes, over Hypercorn.
+
+It runs inside a worker process (on the worker's private Unix socket) and, with
+`mlxhost serve --in-process`, directly in the host.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+from ..api.app import create_app
+from ..config import Settings
+from ..http import Listener, serve_in
+from ..shutdown import Shutdown
+from .engine import Engine, EngineOptions
+
+__all__ = ["serve_model"]
+
+logger = logging.getLogger("mlxhost")
+
+Background = Callable[[Engine], Awaitable[None]]
+
+
+async def serve_model(
+    settings: Settings,
+    model_path: Path,
+    model_id: str,
+    binds: list[str],
+    shutdown: Shutdown,
+    on_ready: Callable[[Engine, Listener], None],
+    background: Background | None = None,
+) -> None:
+    """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
+    options = EngineOptions(settings.max_batch, settings.prefill_batch, settings.prefill_step)
+    async with Engine.open(model_path, options) as engine:
+        app = create_app(engine, settings, model_id)
+        listener = Listener(binds)
+        on_ready(engine, listener)
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            if background is not None:
+                tg.start_soon(background, engine)
+            tg.start_soon(_drain_on_shutdown, app.state.serving, settings.shutdown_grace, shutdown, stop)
+            serve_in(tg, listener, app, stop)
+
+
+async def _drain_on_shutdown(service, grace: float, shutdown: Shutdown, stop: anyio.Event) -> None:  # type: ignore[no-untyped-def]
+    await shutdown.requested.wait()
+    logger.info(
+        "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
+    )
+    service.accepting = False
+    engine: Engine = service.engine
+    await shutdown.wait_grace(grace, engine.wait_idle)
+    engine.cancel_all("shutdown")
+    # Let the cancelled streams write their last chunk before Hypercorn closes them: its own
+    # graceful_timeout would cut them without a word.
+    with anyio.move_on_after(1.0):
+        await engine.wait_idle()
+        await anyio.sleep(0.05)
+    stop.set()
