@@ -97,20 +97,23 @@ async def _open_upstream(
         request.method, request.url.path, params=request.url.query or None, headers=headers, content=body
     )
     response: httpx.Response | None = None
+    failure: APIError | None = None
     # A whole answer's headers come only when the answer is done: watch for the client leaving.
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_on_disconnect, request, tg.cancel_scope)
         try:
             response = await client.send(outgoing, stream=True)
         except httpx.ConnectError:
-            raise ServiceUnavailable(
+            failure = ServiceUnavailable(
                 f"the model '{supervisor.id}' worker is not accepting connections; try again",
                 code="model_restarting",
                 headers={"retry-after": "1"},
-            ) from None
+            )
         except httpx.TransportError:
-            raise await _worker_failed(supervisor, pid) from None
+            failure = await _worker_failed(supervisor, pid)
         tg.cancel_scope.cancel()
+    if failure is not None:  # raised out here: inside the task group it would come wrapped
+        raise failure
     return response
 
 

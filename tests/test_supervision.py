@@ -1,0 +1,325 @@
+"""Isolation and supervision, with real processes: crashes, hangs, budgets, orphans, the pool."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from conftest import Server, start_server
+from mlxhost.demo import make_model
+
+FAULTY = f"{sys.executable} {Path(__file__).parent / 'workers' / 'faulty.py'}"
+LONG_CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 4000, "temperature": 0}
+SHORT_CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+
+
+def wait_until(predicate, timeout: float = 15.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the condition")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def host(tiny_model: Path):  # type: ignore[no-untyped-def]
+    server = start_server("--model", str(tiny_model), "--crash-backoff", "0.2")
+    yield server
+    server.stop()
+
+
+def test_the_parent_never_loads_mlx(host: Server) -> None:
+    with host.http() as http:
+        assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
+    parent_maps = Path(f"/proc/{host.process.pid}/maps").read_text()
+    worker_maps = Path(f"/proc/{host.worker()['pid']}/maps").read_text()
+    assert "libmlx" in worker_maps
+    assert "libmlx" not in parent_maps
+    imports = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, mlxhost.cli, mlxhost.server, mlxhost.host.serve, mlxhost.host.app;"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert imports.stdout.strip() == "[]"
+
+
+def test_worker_killed_mid_stream(host: Server) -> None:
+    old_pid = host.worker()["pid"]
+    events: list[str] = []
+    with host.http() as http, http.stream("POST", "/v1/chat/completions", json={**LONG_CHAT, "stream": True}) as response:
+        lines = response.iter_lines()
+        for line in lines:
+            if '"content":"' in line and '"content":""' not in line:
+                break
+        os.kill(old_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        events = [line for line in lines if line.startswith("data: ")]
+        ended = time.monotonic()
+    assert ended - killed < 5
+    assert events[-1] == "data: [DONE]"
+    error = json.loads(events[-2][6:])["error"]
+    assert error["code"] == "worker_exited" and "SIGKILL" in error["message"]
+    worker = wait_until(lambda: (w := host.worker())["state"] == "ready" and w)
+    assert worker["pid"] != old_pid and worker["restarts"] == 1
+    assert worker["last_exit"]["signal"] == "SIGKILL"
+    with host.http() as http:
+        assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
+
+
+def test_worker_killed_mid_non_stream(host: Server) -> None:
+    old_pid = host.worker()["pid"]
+    result: dict[str, httpx.Response] = {}
+
+    def ask() -> None:
+        with host.http() as http:
+            result["response"] = http.post("/v1/chat/completions", json=LONG_CHAT)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    wait_until(lambda: host.worker()["in_flight"] == 1)
+    time.sleep(0.2)
+    os.kill(old_pid, signal.SIGKILL)
+    killed = time.monotonic()
+    asking.join(10)
+    assert time.monotonic() - killed < 5
+    response = result["response"]
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "worker_exited" and "SIGKILL" in error["message"]
+    wait_until(lambda: host.worker()["state"] == "ready")
+    with host.http() as http:
+        assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
+
+
+def test_restart_budget_is_exhausted_then_an_operator_restarts(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--restart-limit", "2", "--crash-backoff", "0")
+    try:
+        for _ in range(3):
+            worker = wait_until(lambda: (w := server.worker())["state"] == "ready" and w)
+            os.kill(worker["pid"], signal.SIGKILL)
+            wait_until(lambda p=worker["pid"]: server.worker()["pid"] != p or server.worker()["state"] != "ready")
+        wait_until(lambda: server.worker()["state"] == "exhausted")
+        with server.http() as http:
+            refused = http.post("/v1/chat/completions", json=SHORT_CHAT)
+            assert refused.status_code == 503
+            error = refused.json()["error"]
+            assert error["code"] == "restart_limit_reached"
+            assert "/admin/workers/" in error["message"] and "restart" in error["message"]
+            assert http.get("/health").status_code == 503
+            restart = http.post(f"/admin/workers/{server.worker()['id']}/restart")
+            assert restart.status_code == 202
+        wait_until(lambda: server.worker()["state"] == "ready")
+        with server.http() as http:
+            assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
+            assert http.get("/health").status_code == 200
+    finally:
+        server.stop()
+
+
+def test_restarting_answers_503_with_retry_after(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--crash-backoff", "3", "--early-exit", "60")
+    try:
+        # Two early exits in a row: the third start waits crash_backoff seconds.
+        for _ in range(2):
+            worker = wait_until(lambda: (w := server.worker())["state"] == "ready" and w)
+            os.kill(worker["pid"], signal.SIGKILL)
+            wait_until(lambda p=worker["pid"]: server.worker()["pid"] != p or server.worker()["state"] == "restarting")
+        wait_until(lambda: server.worker()["state"] == "restarting")
+        with server.http() as http:
+            response = http.post("/v1/chat/completions", json=SHORT_CHAT)
+        assert response.status_code == 503
+        assert response.headers["retry-after"]
+        assert response.json()["error"]["code"] == "model_restarting"
+    finally:
+        server.stop()
+
+
+def test_a_worker_that_exits_during_load_is_reported(tiny_model: Path) -> None:
+    server = start_server(
+        "--model", str(tiny_model),
+        "--worker-command", f"{FAULTY} exit-during-load",
+        "--restart-limit", "1", "--crash-backoff", "0.1",
+    )
+    try:
+        worker = wait_until(lambda: (w := server.worker())["state"] == "exhausted" and w)
+        assert worker["last_exit"]["code"] == 3
+        assert worker["last_exit"]["ready"] is False
+        assert worker["last_exit"]["reason"] == "fatal: the weights file is corrupt"
+        with server.http() as http:
+            response = http.post("/v1/chat/completions", json=SHORT_CHAT)
+            assert response.status_code == 503
+            assert "the weights file is corrupt" in response.json()["error"]["message"]
+            assert http.get("/health").json()["status"] == "unavailable"
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_worker_that_never_becomes_ready_times_out(tiny_model: Path) -> None:
+    server = start_server(
+        "--model", str(tiny_model),
+        "--worker-command", f"{FAULTY} never-ready",
+        "--load-timeout", "1", "--restart-limit", "0",
+    )
+    try:
+        worker = wait_until(lambda: (w := server.worker())["state"] == "exhausted" and w)
+        assert worker["last_exit"]["reason"] == "did not become ready within 1s"
+        assert worker["last_exit"]["signal"] == "SIGKILL"
+    finally:
+        assert server.stop() == 0
+
+
+def test_the_worker_refuses_another_protocol_version(tiny_model: Path, tmp_path: Path) -> None:
+    record = {"version": 99, "worker_id": "w", "socket": str(tmp_path / "s"), "model_path": str(tiny_model), "model_id": "m", "options": {}}
+    for stdin, said in [
+        (json.dumps(record) + "\n", "protocol version 99"),
+        ("not json\n", "not JSON"),
+        ("", "no launch record"),
+        (json.dumps({**record, "version": 1, "socket": 5}) + "\n", "'socket' must be a non-empty string"),
+    ]:
+        worker = subprocess.run(
+            [sys.executable, "-m", "mlxhost.worker"], input=stdin, capture_output=True, text=True, timeout=30
+        )
+        assert worker.returncode == 2
+        assert said in worker.stderr
+    # The parent reports the worker's reason.
+    server = start_server(
+        "--model", str(tiny_model), "--worker-command", f"{FAULTY} version 99", "--restart-limit", "0"
+    )
+    try:
+        worker_state = wait_until(lambda: (w := server.worker())["state"] == "exhausted" and w)
+        assert worker_state["last_exit"]["code"] == 2
+        assert "protocol version 99" in worker_state["last_exit"]["reason"]
+    finally:
+        server.stop()
+
+
+def test_killing_the_parent_leaves_no_worker_behind(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model))
+    worker = psutil.Process(server.worker()["pid"])
+    server.process.kill()
+    server.process.wait()
+
+    def gone() -> bool:
+        try:
+            return worker.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_until(gone, timeout=20)
+
+
+@pytest.fixture(scope="module")
+def three_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("pool")
+    return [make_model(root / name, size="tiny", seed=seed) for seed, name in enumerate("abc")]
+
+
+def resident(server: Server) -> set[str]:
+    return {w["model"] for w in server.health()["workers"]}
+
+
+def test_the_pool_evicts_the_least_recently_used_idle_model(three_models: list[Path]) -> None:
+    a, b, c = three_models
+    server = start_server(
+        "--model", f"alpha={a}", "--model", f"beta={b}", "--model", f"gamma={c}", "--max-resident", "2"
+    )
+    try:
+        assert resident(server) == {"alpha"}  # the default preloads; the rest start on demand
+        with server.http() as http:
+            assert http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"}).json()["model"] == "beta"
+            assert resident(server) == {"alpha", "beta"}
+            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "alpha"})  # beta is now LRU
+            assert http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "gamma"}).json()["model"] == "gamma"
+            assert resident(server) == {"alpha", "gamma"}
+    finally:
+        server.stop()
+
+
+def test_the_pool_never_evicts_a_model_with_requests_in_flight(three_models: list[Path]) -> None:
+    a, b, c = three_models
+    server = start_server(
+        "--model", f"alpha={a}", "--model", f"beta={b}", "--model", f"gamma={c}", "--max-resident", "2"
+    )
+    try:
+        with server.http() as http, server.http() as other:
+            with http.stream("POST", "/v1/chat/completions", json={**LONG_CHAT, "stream": True, "model": "alpha"}) as stream:
+                lines = stream.iter_lines()  # kept: a dropped iterator would close the stream
+                next(lines)
+                # Frozen, alpha's worker keeps that request in flight for as long as the test needs.
+                alpha = server.worker("alpha")["pid"]
+                os.kill(alpha, signal.SIGSTOP)
+                try:
+                    other.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"})
+                    # alpha is the least recently used, but busy: beta goes.
+                    other.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "gamma"})
+                    assert resident(server) == {"alpha", "gamma"}
+                finally:
+                    os.kill(alpha, signal.SIGCONT)
+    finally:
+        server.stop()
+
+
+def test_routing_by_name_alias_and_the_strict_policy(three_models: list[Path], tmp_path: Path) -> None:
+    a, b, _ = three_models
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'[[model]]\nid = "alpha"\npath = "{a}"\n\n[[model]]\nid = "beta"\npath = "{b}"\naliases = ["b", "second"]\n'
+    )
+    lenient = start_server("--config", str(config))
+    try:
+        with lenient.http() as http:
+            assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "second"}).json()["model"] == "beta"
+            assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}).json()["model"] == "alpha"
+            assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "nope"}).json()["model"] == "alpha"
+            assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["alpha", "beta"]
+    finally:
+        lenient.stop()
+    strict = start_server("--config", str(config), "--strict-models")
+    try:
+        with strict.http() as http:
+            response = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "nope"})
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "model_not_found"
+    finally:
+        strict.stop()
+
+
+def test_an_idle_model_is_unloaded_and_comes_back_on_demand(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--idle-ttl", "1")
+    try:
+        wait_until(lambda: not server.health()["workers"], timeout=10)
+        assert server.health()["status"] == "ok"  # it can still load on demand
+        with server.http() as http:
+            assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
+    finally:
+        server.stop()
+    log = "".join(server.log)
+    assert "unused for 1s" in log and log.count("spawned pid") == 2
+
+
+def test_the_runtime_directory_is_private_and_removed(tiny_model: Path, tmp_path: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--runtime-dir", str(tmp_path))
+    (runtime,) = list(tmp_path.iterdir())
+    assert runtime.stat().st_mode & 0o777 == 0o700
+    assert any(p.suffix == ".sock" for p in runtime.iterdir())
+    assert server.stop() == 0
+    assert not runtime.exists()
