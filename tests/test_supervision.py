@@ -323,3 +323,37 @@ def test_the_runtime_directory_is_private_and_removed(tiny_model: Path, tmp_path
     assert any(p.suffix == ".sock" for p in runtime.iterdir())
     assert server.stop() == 0
     assert not runtime.exists()
+
+
+def test_the_memory_budget_evicts_by_the_workers_readings(three_models: list[Path]) -> None:
+    a, b, c = three_models
+    # Each tiny worker reads about 1 MB (weights ~0.8 MB plus cache): two fit in 2.5 MB, three don't.
+    server = start_server(
+        "--model", f"alpha={a}", "--model", f"beta={b}", "--model", f"gamma={c}",
+        "--max-resident", "3", "--memory-budget", str(2_500_000),
+    )
+    try:
+        with server.http() as http:
+            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"})
+            assert resident(server) == {"alpha", "beta"}
+            wait_until(lambda: all(w["memory"] for w in server.health()["workers"]))
+            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"})
+            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "gamma"})
+            assert resident(server) == {"beta", "gamma"}
+    finally:
+        server.stop()
+    assert "memory_budget" in "".join(server.log)
+
+
+def test_in_process_mode_serves_without_a_worker(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--in-process")
+    try:
+        with server.client() as client:
+            reply = client.chat.completions.create(model="x", messages=SHORT_CHAT["messages"], max_tokens=3)  # type: ignore[arg-type]
+        assert reply.usage is not None and reply.usage.completion_tokens == 3
+        health = server.health()
+        assert "engine" in health and "workers" not in health
+        assert "libmlx" in Path(f"/proc/{server.process.pid}/maps").read_text()
+        assert not [p for p in psutil.Process(server.process.pid).children() if "mlxhost.worker" in " ".join(p.cmdline())]
+    finally:
+        assert server.stop() == 0
