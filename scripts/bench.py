@@ -3,14 +3,19 @@
     python scripts/bench.py [--model DIR | --size tiny|bench] [--max-tokens N] [--repeats N]
                             [--concurrency 1,4,8] [--quick] [--json PATH]
 
-Two paths are measured in one run, their repeats interleaved so that a noisy machine slows both
-alike:
+Three paths are measured in one run. Their repeats are interleaved, the order rotating from one
+repeat to the next, so that a noisy machine slows all of them alike:
 
-raw      mlx-lm in this process. Concurrency 1 is `stream_generate` with eos ignored; concurrency
-         N inserts N copies of the prompt into a `BatchGenerator` at once (no stop tokens, so every
-         row runs to max_tokens; batch sizes as the server's) and steps it until all finished.
-mlxhost  `python -m mlxhost serve` in a subprocess, driven over HTTP with streaming chat
-         completions (httpx, SSE parsed by hand). Concurrency N is N streams at once.
+raw         mlx-lm in this process. Concurrency 1 is `stream_generate` with eos ignored;
+            concurrency N inserts N copies of the prompt into a `BatchGenerator` at once (no stop
+            tokens, so every row runs to max_tokens; batch sizes as the server's) and steps it
+            until all finished.
+in-process  `python -m mlxhost serve --in-process`: the serving core and the model in one process.
+isolated    `python -m mlxhost serve` (the default): a parent process that never imports MLX,
+            proxying each request over a private Unix socket to a worker process that holds the
+            model.
+The two servers run side by side in subprocesses, with the same options, driven over HTTP with
+streaming chat completions (httpx, SSE parsed by hand). Concurrency N is N streams at once.
 
 Each path is warmed up first: one full single-stream generation, then one short batch at the
 highest concurrency. The prompt is picked by a greedy probe (see PROMPTS).
@@ -18,11 +23,35 @@ highest concurrency. The prompt is picked by a greedy probe (see PROMPTS).
 Figures, each the median over the repeats:
   decode tok/s    (tokens - 1) / (time of the last token - time of the first token), one stream.
                   The first token is not counted because its time is the TTFT. Over HTTP the
-                  "token times" are those of the first and last SSE frames with non-empty content.
+                  "token times" are those of the first and last SSE frames with non-empty content
+                  (the servers coalesce tokens that come within --stream-interval, 10 ms by
+                  default, into one frame).
   TTFT            call (or request start) to the first token (first frame with content), one stream.
-  end-to-end      tokens / (call to the last token (raw) or to the end of the stream (mlxhost)).
+  end-to-end      tokens / (call to the last token (raw) or to the end of the stream (HTTP)).
   total tok/s cN  tokens of all N streams / (first insert or request start to the last finish).
-Rates come from the tokens actually generated (mlxhost: its usage chunks), which are recorded.
+Rates come from the tokens actually generated (HTTP: the usage chunks), which are recorded.
+
+Then, with both servers idle:
+  memory     RSS (psutil) of the isolated server's parent and of its worker, and of the
+             in-process server. Target: parent <= 80 MB.
+  recovery   isolated server only, --repeats times: read the worker's pid and `ready_s` (its
+             spawn-to-ready seconds) from /health, kill -9 the worker, and at once send a small
+             non-streaming chat request (max_tokens 4, 5 s client timeout) every 20 ms, retrying
+             502, 503, timeouts and connection errors, until one answers 200. recovery_s is the
+             time from the kill to that 200. Target: recovery_s <= worker_ready_s + 1 s. The
+             parent's log splits it: kill to the parent seeing the exit, to the respawn, to the
+             new worker being ready, to the 200.
+             The isolated server runs with --early-exit 0 and a --restart-limit above the
+             repeats: back-to-back kills would otherwise trip the crash-loop guards (two exits
+             within 10 s of their spawn wait --crash-backoff, 5 s; at most 3 respawns per 60 s),
+             which are there for a model that cannot load, not what is measured here. Neither
+             option changes how requests are served.
+
+JSON (--json): ratios.isolated_vs_raw and ratios.in_process_vs_raw (each with c1 = decode,
+c1_e2e, ttft_p50, and cN = total tok/s), ratios.isolated_vs_in_process, ratios.mlxhost_vs_raw (an
+alias of isolated_vs_raw, for older readers), ttft_ms.p50.{raw,in_process,isolated},
+results.{raw,in_process,isolated}, rss_mb.{parent,worker,in_process}, recovery_s and
+worker_ready_s (medians), recovery.runs (each kill, split), targets.
 """
 
 from __future__ import annotations
@@ -30,6 +59,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import platform
@@ -49,6 +79,7 @@ from typing import Any, NamedTuple
 import httpx
 import mlx.core as mx
 import mlx_lm
+import psutil
 from mlx.utils import tree_flatten
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_sampler
@@ -62,16 +93,30 @@ except ImportError:
     from mlxhost import demo
 
 READY = re.compile(r"mlxhost ready: .* on (http://[\d.]+:\d+)")
+LOADED = re.compile(r"\(loaded in ([\d.]+)s\)")  # the in-process ready line
+SPAWNED = re.compile(r"spawned pid (\d+)")  # the isolated parent's log
 SERVER_START_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 900.0
 # The server's defaults (EngineOptions), which the raw BatchGenerator copies.
 MAX_BATCH = 32
 PREFILL_BATCH = 8
 
+PATHS = ("raw", "in_process", "isolated")
+SERVED = ("in_process", "isolated")
+LABELS = {"raw": "raw", "in_process": "in-process", "isolated": "isolated"}
+
+RECOVERY_MAX_TOKENS = 4
+RECOVERY_ATTEMPT_TIMEOUT_S = 5.0
+RECOVERY_POLL_S = 0.02
+RECOVERY_DEADLINE_S = 150.0  # the server's load_timeout (120 s) and some
+RECOVERY_SLACK_S = 1.0  # target: recovery_s <= worker_ready_s + this
+PARENT_RSS_TARGET_MB = 80.0
+MB = 1 << 20
+
 DEFAULT_MAX_TOKENS = {"tiny": 256, "bench": 64}
 QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
-# The first prompt whose greedy reply suits both paths is used: it must run to max_tokens without
-# eos, so that both generate the same number of tokens (a random-weight model may emit eos at any
+# The first prompt whose greedy reply suits every path is used: it must run to max_tokens without
+# eos, so that all generate the same number of tokens (a random-weight model may emit eos at any
 # point), and its text must stream, token by token, from the first token on. A random model often
 # emits byte fragments that are not yet valid UTF-8, and a detokenizer holds those back: a reply
 # made of them reaches an HTTP client in one frame at the end, and TTFT and decode rate over HTTP
@@ -96,8 +141,8 @@ class StreamRun:
     tokens: int
     ttft_s: float  # call to the first token
     first_to_last_s: float  # first token to last token
-    total_s: float  # call to the end (raw: the last token; mlxhost: the stream's end)
-    text_frames: int  # responses (raw) or SSE frames (mlxhost) that carried text
+    total_s: float  # call to the end (raw: the last token; HTTP: the stream's end)
+    text_frames: int  # responses (raw) or SSE frames (HTTP) that carried text
 
     @property
     def decode_tok_s(self) -> float:
@@ -175,7 +220,9 @@ class RawMLX:
     """mlx-lm in this process. Every MLX call happens in the thread that made this object."""
 
     def __init__(self, model_path: Path) -> None:
+        began = time.perf_counter()
         self.model, self.tokenizer = mlx_lm.load(str(model_path))
+        self.load_s = time.perf_counter() - began
         self.parameters = sum(v.size for _, v in tree_flatten(self.model.parameters()))
         self.sampler = make_sampler(temp=0.0)
 
@@ -250,32 +297,43 @@ class RawMLX:
 
 
 class Server:
-    """`python -m mlxhost serve` on a free port; its log is kept for when it fails."""
+    """`python -m mlxhost serve` on a free port; its log is kept, each line with when it came."""
 
-    def __init__(self, model_path: Path, max_batch: int) -> None:
+    def __init__(
+        self, name: str, model_path: Path, max_batch: int, options: Sequence[str] = ()
+    ) -> None:
+        self.name = name
         env = dict(os.environ)
         # Serve the code of the checkout this script belongs to, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         command = [
-            sys.executable, "-m", "mlxhost", "serve",
+            sys.executable, "-m", "mlxhost", "serve", *options,
             "--model", str(model_path), "--host", "127.0.0.1", "--port", "0",
             "--max-batch", str(max_batch),
         ]  # fmt: skip
-        self.log: collections.deque[str] = collections.deque(maxlen=200)
+        self.log: collections.deque[tuple[float, str]] = collections.deque(maxlen=5000)
         self.url: str | None = None
+        self.load_s: float | None = None  # from the in-process ready line
+        self.worker_pids: set[int] = set()  # every worker the parent said it spawned
         self._ready = threading.Event()
+        self.started = time.perf_counter()
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env=env,
         )  # fmt: skip
+        self.pid = self.process.pid
         # Drain stderr for the server's whole life, so that it never blocks on a full pipe.
-        threading.Thread(target=self._read_log, name="mlxhost-log", daemon=True).start()
+        threading.Thread(target=self._read_log, name=f"mlxhost-log-{name}", daemon=True).start()
 
     def _read_log(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
-            self.log.append(line.rstrip("\n"))
+            self.log.append((time.perf_counter(), line.rstrip("\n")))
+            if match := SPAWNED.search(line):
+                self.worker_pids.add(int(match.group(1)))
             if self.url is None and (match := READY.search(line)):
+                if loaded := LOADED.search(line):
+                    self.load_s = float(loaded.group(1))
                 self.url = match.group(1)
                 self._ready.set()
         self._ready.set()  # the server exited: stop waiting
@@ -283,12 +341,23 @@ class Server:
     def wait_ready(self, timeout: float = SERVER_START_TIMEOUT_S) -> str:
         self._ready.wait(timeout)
         if self.url is None:
-            tail = "\n".join(list(self.log)[-20:])
             code = self.process.poll()
-            raise RuntimeError(f"mlxhost did not become ready (exit code {code}):\n{tail}")
+            raise RuntimeError(
+                f"mlxhost ({self.name}) did not become ready (exit code {code}):\n{self.log_tail()}"
+            )
         return self.url
 
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(line for _, line in list(self.log)[-lines:])
+
+    def log_since(self, since: float) -> list[tuple[float, str]]:
+        return [(t, line) for t, line in list(self.log) if t >= since]
+
     def stop(self) -> None:
+        """SIGTERM (the parent stops its workers), SIGKILL if need be; then no worker outlives it."""
+        workers = set(self.worker_pids)
+        with contextlib.suppress(psutil.Error):
+            workers |= {p.pid for p in psutil.Process(self.pid).children(recursive=True)}
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -296,6 +365,42 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        # A worker whose parent was killed stops when it sees its stdin close; give it a moment,
+        # then kill it: a benchmark must leave nothing behind.
+        deadline = time.monotonic() + 10
+        for pid in sorted(workers):
+            try:
+                worker = psutil.Process(pid)
+                if "mlxhost" not in " ".join(worker.cmdline()):
+                    continue  # gone, and the pid reused
+                worker.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except psutil.TimeoutExpired:
+                progress(f"warning: {self.name} worker pid {pid} outlived its parent; killing it")
+                with contextlib.suppress(psutil.Error):
+                    worker.kill()
+                    worker.wait(timeout=5)
+            except psutil.Error:
+                pass  # already gone
+
+
+@contextmanager
+def running_server(
+    name: str, model_path: Path, max_batch: int, options: Sequence[str] = ()
+) -> Iterator[Server]:
+    server = Server(name, model_path, max_batch, options)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        return psutil.Process(pid).memory_info().rss / MB
+    except psutil.Error:
+        return None
 
 
 class HTTPBench:
@@ -357,6 +462,146 @@ class HTTPBench:
         runs = await asyncio.gather(*(self.stream(max_tokens) for _ in range(concurrency)))
         wall = time.perf_counter() - start
         return BatchRun([run.tokens for run in runs], wall)
+
+
+# -- recovery of the isolated server -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One kill -9 of the worker, timed from the kill."""
+
+    killed_pid: int
+    new_pid: int | None
+    worker_ready_s: float  # the killed worker's spawn-to-ready, from /health before the kill
+    respawn_ready_s: float | None  # the new worker's, from /health after the 200
+    recovery_s: float  # kill to the first 200
+    attempts: dict[str, int]  # outcome ("200", "503", "ConnectError", ...) to count
+    retry_after: list[str]  # the Retry-After values the refusals carried
+    # From the kill, as the parent's log lines arrived: the parent saw the exit, spawned the new
+    # worker, found it ready; and the 200.
+    exit_seen_s: float | None
+    spawned_s: float | None
+    ready_s: float | None
+    answered_s: float
+
+    @property
+    def meets_target(self) -> bool:
+        return self.recovery_s <= self.worker_ready_s + RECOVERY_SLACK_S
+
+
+async def isolated_worker(client: httpx.AsyncClient) -> dict[str, Any]:
+    """The isolated server's (only) worker, as its parent's /health shows it."""
+    health = (await client.get("/health", timeout=RECOVERY_ATTEMPT_TIMEOUT_S)).json()
+    workers = health.get("workers") or []
+    if len(workers) != 1:
+        raise RuntimeError(f"expected one worker in /health, got: {health}")
+    return dict(workers[0])
+
+
+async def recover_once(server: Server, client: httpx.AsyncClient, prompt: str) -> Recovery:
+    before = await isolated_worker(client)
+    if before.get("state") != "ready" or not before.get("pid") or before.get("ready_s") is None:
+        raise RuntimeError(f"the worker is not ready before the kill: {before}")
+    pid = int(before["pid"])
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": RECOVERY_MAX_TOKENS,
+        "temperature": 0.0,
+        "stream": False,
+    }
+    attempts: collections.Counter[str] = collections.Counter()
+    retry_after: set[str] = set()
+    killed = time.perf_counter()
+    os.kill(pid, signal.SIGKILL)
+    while True:
+        if time.perf_counter() - killed > RECOVERY_DEADLINE_S:
+            raise RuntimeError(
+                f"no 200 within {RECOVERY_DEADLINE_S:g}s of killing worker {pid} "
+                f"(attempts: {dict(attempts)}):\n{server.log_tail()}"
+            )
+        try:
+            response = await client.post(
+                "/v1/chat/completions", json=body, timeout=RECOVERY_ATTEMPT_TIMEOUT_S
+            )
+        except httpx.TimeoutException:
+            attempts["timeout"] += 1
+        except httpx.TransportError as exc:
+            attempts[type(exc).__name__] += 1
+        else:
+            attempts[str(response.status_code)] += 1
+            if response.status_code == 200:
+                answered = time.perf_counter()
+                if not response.json().get("choices"):
+                    raise RuntimeError(f"a 200 without choices: {response.text}")
+                break
+            if response.status_code not in (502, 503):
+                raise RuntimeError(f"HTTP {response.status_code} while recovering: {response.text}")
+            if value := response.headers.get("retry-after"):
+                retry_after.add(value)
+        await asyncio.sleep(RECOVERY_POLL_S)
+
+    after = await isolated_worker(client)
+    new_pid = after.get("pid")
+    if new_pid == pid:
+        raise RuntimeError(f"a 200 came, but /health still shows the killed worker: {after}")
+
+    def when(pattern: str) -> float | None:
+        for arrived, line in server.log_since(killed):
+            if re.search(pattern, line):
+                return arrived - killed
+        return None
+
+    return Recovery(
+        killed_pid=pid,
+        new_pid=new_pid,
+        worker_ready_s=float(before["ready_s"]),
+        respawn_ready_s=after.get("ready_s"),
+        recovery_s=answered - killed,
+        attempts=dict(attempts),
+        retry_after=sorted(retry_after),
+        exit_seen_s=when(rf"pid {pid} exited"),
+        spawned_s=when(rf"spawned pid {new_pid}\b") if new_pid else None,
+        ready_s=when(rf"ready \(pid {new_pid}\)") if new_pid else None,
+        answered_s=answered - killed,
+    )
+
+
+def describe_recovery(run: Recovery) -> str:
+    def at(value: float | None) -> str:
+        return "?" if value is None else f"{value:.3f}s"
+
+    return (
+        f"recovery {run.recovery_s:.3f}s (worker ready_s {run.worker_ready_s:.3f}s); "
+        f"exit seen {at(run.exit_seen_s)}, respawned {at(run.spawned_s)}, "
+        f"ready {at(run.ready_s)}, 200 {at(run.answered_s)}; attempts {run.attempts}"
+    )
+
+
+def worker_import_s() -> float:
+    """A fresh interpreter importing what a worker imports before it loads a model: wall seconds."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    code = (
+        "import mlxhost.worker.__main__, mlxhost.worker.engine, mlxhost.worker.serve, "
+        "mlxhost.api.app"
+    )
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    return time.perf_counter() - start
+
+
+async def engine_statistics(url: str | None = None, uds: str | None = None) -> Any:
+    """`engine` of a serving core's /health: the in-process server's, or a worker's on its socket."""
+    transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
+    try:
+        async with httpx.AsyncClient(
+            base_url=url or "http://worker", transport=transport, timeout=10.0
+        ) as client:
+            return (await client.get("/health")).json().get("engine")
+    except (httpx.HTTPError, ValueError) as exc:
+        progress(f"warning: no engine statistics from {url or uds}: {exc}")
+        return None
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -478,17 +723,19 @@ def choose_prompt(raw: RawMLX, max_tokens: int) -> tuple[str, list[int], PromptP
     return text, raw.encode(text), probe
 
 
-@contextmanager
-def running_server(model_path: Path, max_batch: int) -> Iterator[Server]:
-    server = Server(model_path, max_batch)
-    try:
-        yield server
-    finally:
-        server.stop()
+
+def server_options(name: str, plan: Plan) -> list[str]:
+    if name == "in_process":
+        return ["--in-process"]
+    # No crash-loop backoff and enough respawns for back-to-back kills (see the docstring).
+    return ["--early-exit", "0", "--restart-limit", str(plan.repeats + 3)]
 
 
-async def measure(plan: Plan, raw: RawMLX, prompt: str, ids: list[int]) -> dict[str, Any]:
-    raw_results, http_results = Measurements(), Measurements()
+async def measure(
+    plan: Plan, raw: RawMLX, prompt: str, ids: list[int], servers_stack: contextlib.ExitStack
+) -> dict[str, Any]:
+    """Everything but the report. The servers go on `servers_stack`, which the caller closes."""
+    results = {name: Measurements() for name in PATHS}
     top = max(plan.concurrency)
     warm_tokens = min(plan.max_tokens, 16)
 
@@ -497,35 +744,73 @@ async def measure(plan: Plan, raw: RawMLX, prompt: str, ids: list[int]) -> dict[
     if top > 1:
         raw.batch(ids, top, warm_tokens, plan.max_batch)
 
-    progress("mlxhost: starting the server")
-    with running_server(plan.model_path, plan.max_batch) as server:
-        url = server.wait_ready()
-        limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
-        timeout = httpx.Timeout(REQUEST_TIMEOUT_S)
-        async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
-            http = HTTPBench(client, prompt, plan.max_tokens)
-            progress(f"mlxhost: ready on {url}; warming up")
-            await http.stream()
-            if top > 1:
-                await http.batch(top, warm_tokens)  # also opens the pooled connections
+    servers: dict[str, Server] = {}
+    for name in SERVED:  # one after the other, so that each loads on a quiet machine
+        progress(f"{LABELS[name]}: starting the server")
+        options = server_options(name, plan)
+        server = servers_stack.enter_context(
+            running_server(name, plan.model_path, plan.max_batch, options)
+        )
+        server.wait_ready()
+        servers[name] = server
 
-            for repeat in range(plan.repeats):
-                for concurrency in plan.concurrency:
-                    # Alternate which path goes first, so a drifting machine favours neither.
-                    order = ("raw", "mlxhost") if repeat % 2 == 0 else ("mlxhost", "raw")
-                    for name in order:
-                        if name == "raw":
-                            result = run_raw(raw, raw_results, ids, concurrency, plan)
-                        else:
-                            result = await run_http(http, http_results, concurrency)
-                        where = f"repeat {repeat + 1}/{plan.repeats} c{concurrency} {name}"
-                        progress(f"  {where}: {result}")
-            health = (await client.get("/health")).json()
+    limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
+    timeout = httpx.Timeout(REQUEST_TIMEOUT_S)
+    async with contextlib.AsyncExitStack() as clients:
+        http: dict[str, HTTPBench] = {}
+        for name, server in servers.items():
+            client = httpx.AsyncClient(base_url=server.url, timeout=timeout, limits=limits)
+            http[name] = HTTPBench(await clients.enter_async_context(client), prompt, plan.max_tokens)
+            progress(f"{LABELS[name]}: ready on {server.url}; warming up")
+            await http[name].stream()
+            if top > 1:
+                await http[name].batch(top, warm_tokens)  # also opens the pooled connections
+
+        for repeat in range(plan.repeats):
+            for concurrency in plan.concurrency:
+                # Rotate which path goes first, so a drifting machine favours none.
+                shift = repeat % len(PATHS)
+                for name in PATHS[shift:] + PATHS[:shift]:
+                    if name == "raw":
+                        result = run_raw(raw, results[name], ids, concurrency, plan)
+                    else:
+                        result = await run_http(http[name], results[name], concurrency)
+                    where = f"repeat {repeat + 1}/{plan.repeats} c{concurrency} {LABELS[name]}"
+                    progress(f"  {where}: {result}")
+
+        # Memory, after the throughput runs and before any kill.
+        isolated = http["isolated"].client
+        worker = await isolated_worker(isolated)
+        in_process_health = (await http["in_process"].client.get("/health")).json()
+        reported = worker.get("memory") or {}
+        memory = {
+            "parent": rss_mb(servers["isolated"].pid),
+            "worker": rss_mb(worker.get("pid")),
+            "in_process": rss_mb(servers["in_process"].pid),
+            # The servers' own readings, for comparison:
+            "worker_reported": reported.get("rss_bytes", 0) / MB or None,
+            "in_process_reported": (in_process_health.get("memory") or {}).get("rss_bytes", 0) / MB
+            or None,
+        }
+        engines = {
+            "in_process": in_process_health.get("engine"),
+            "isolated": await engine_statistics(uds=worker.get("socket")),
+        }
+
+        recoveries: list[Recovery] = []
+        for repeat in range(plan.repeats):
+            run = await recover_once(servers["isolated"], isolated, prompt)
+            recoveries.append(run)
+            progress(f"  recovery {repeat + 1}/{plan.repeats}: {describe_recovery(run)}")
+    imports_s = worker_import_s()
     return {
-        "raw": raw_results,
-        "mlxhost": http_results,
-        "prompt_tokens_mlxhost": http.prompt_tokens,
-        "server_engine": health.get("engine"),
+        "results": results,
+        "prompt_tokens": {name: http[name].prompt_tokens for name in SERVED},
+        "server_engines": engines,
+        "memory": memory,
+        "recoveries": recoveries,
+        "worker_import_s": imports_s,
+        "in_process_load_s": servers["in_process"].load_s,
     }
 
 
@@ -590,40 +875,56 @@ def summarize(results: Measurements) -> dict[str, Any]:
 
 class Row(NamedTuple):
     label: str
-    raw: float
-    mlxhost: float
-    tokens: str  # tokens per stream, raw / mlxhost
+    values: dict[str, float]  # path to figure
+    tokens: str  # tokens per stream, raw / in-process / isolated
 
-    @property
-    def ratio(self) -> float:
-        return ratio(self.mlxhost, self.raw)
+    def ratio(self, path: str) -> float:
+        return ratio(self.values[path], self.values["raw"])
 
 
-def table_rows(raw: dict[str, Any], http: dict[str, Any]) -> list[Row]:
+def table_rows(summaries: dict[str, dict[str, Any]]) -> list[Row]:
     def tokens(key: str) -> str:
         def span(runs: list[Any]) -> str:
             flat = [t for run in runs for t in (run if isinstance(run, list) else [run])]
             low, high = min(flat), max(flat)
             return str(low) if low == high else f"{low}-{high}"
 
-        return f"{span(raw[key]['tokens'])} / {span(http[key]['tokens'])}"
+        return " / ".join(span(summaries[path][key]["tokens"]) for path in PATHS)
+
+    def row(label: str, key: str, figure: str) -> Row:
+        return Row(label, {path: summaries[path][key][figure] for path in PATHS}, tokens(key))
 
     rows: list[Row] = []
-    if "c1" in raw:
-        for label, figure in (
-            ("single-stream decode tok/s", "decode_tok_s"),
-            ("single-stream TTFT ms p50", "ttft_ms_p50"),
-            ("single-stream end-to-end tok/s", "e2e_tok_s"),
-        ):
-            rows.append(Row(label, raw["c1"][figure], http["c1"][figure], tokens("c1")))
-    for key in raw:
+    if "c1" in summaries["raw"]:
+        rows.append(row("single-stream decode tok/s", "c1", "decode_tok_s"))
+        rows.append(row("single-stream TTFT ms p50", "c1", "ttft_ms_p50"))
+        rows.append(row("single-stream end-to-end tok/s", "c1", "e2e_tok_s"))
+    for key in summaries["raw"]:
         if key != "c1":
-            figure = "total_tok_s"
-            rows.append(Row(f"total tok/s {key}", raw[key][figure], http[key][figure], tokens(key)))
+            rows.append(row(f"total tok/s {key}", key, "total_tok_s"))
     return rows
 
 
-def print_report(plan: Plan, info: dict[str, Any], rows: list[Row]) -> None:
+def recovery_summary(runs: list[Recovery]) -> dict[str, Any]:
+    recovery_s = median([r.recovery_s for r in runs])
+    worker_ready_s = median([r.worker_ready_s for r in runs])
+    return {
+        "recovery_s": recovery_s,
+        "worker_ready_s": worker_ready_s,
+        "respawn_ready_s": median([r.respawn_ready_s for r in runs if r.respawn_ready_s is not None]),
+        "meets_target": recovery_s <= worker_ready_s + RECOVERY_SLACK_S,
+        "runs": [{**asdict(r), "meets_target": r.meets_target} for r in runs],
+    }
+
+
+def print_report(
+    plan: Plan,
+    info: dict[str, Any],
+    rows: list[Row],
+    memory: dict[str, float | None],
+    recovery: dict[str, Any],
+    startup: dict[str, float | None],
+) -> None:
     machine, model, version = info["machine"], info["model"], info["versions"]
     print(
         f"machine: {machine['platform']}, {machine['cpu_count']} CPUs, "
@@ -640,40 +941,121 @@ def print_report(plan: Plan, info: dict[str, Any], rows: list[Row]) -> None:
         f"repeats {plan.repeats} (medians), concurrency {','.join(map(str, plan.concurrency))}"
     )
     print()
-    header = ("measurement", "raw", "mlxhost", "ratio", "tokens/stream raw / mlxhost")
+    header = (
+        "measurement", "raw", "in-process", "isolated", "in-proc/raw", "isolated/raw",
+        "tokens/stream raw / in-proc / isolated",
+    )  # fmt: skip
     lines = [
-        (row.label, f"{row.raw:.1f}", f"{row.mlxhost:.1f}", f"{row.ratio:.3f}", row.tokens)
+        (
+            row.label,
+            *(f"{row.values[path]:.1f}" for path in PATHS),
+            f"{row.ratio('in_process'):.3f}",
+            f"{row.ratio('isolated'):.3f}",
+            row.tokens,
+        )
         for row in rows
     ]
+    print_table(header, lines, ["<", ">", ">", ">", ">", ">", "<"])
+    print()
+    print("ratio = path / raw: above 1 is better for tok/s rows, worse for TTFT.")
+
+    def mb(value: float | None) -> str:
+        return "?" if value is None else f"{value:.1f} MB"
+
+    parent = memory["parent"]
+    verdict = "?" if parent is None else ("pass" if parent <= PARENT_RSS_TARGET_MB else "FAIL")
+    print()
+    print("memory (RSS, psutil, after the throughput runs):")
+    print(f"  isolated parent   {mb(parent):>10}   target <= {PARENT_RSS_TARGET_MB:g} MB: {verdict}")
+    print(
+        f"  isolated worker   {mb(memory['worker']):>10}   "
+        f"(its own reading in /health: {mb(memory['worker_reported'])})"
+    )
+    print(
+        f"  in-process        {mb(memory['in_process']):>10}   "
+        f"(its own reading in /health: {mb(memory['in_process_reported'])})"
+    )
+
+    print()
+    print(
+        f"recovery (isolated: kill -9 of the worker to the first 200 of a max_tokens "
+        f"{RECOVERY_MAX_TOKENS} request; {len(recovery['runs'])} kills, medians):"
+    )
+    verdict = "pass" if recovery["meets_target"] else "FAIL"
+    print(
+        f"  recovery_s {recovery['recovery_s']:.3f} s, worker_ready_s "
+        f"{recovery['worker_ready_s']:.3f} s: target recovery_s <= worker_ready_s + "
+        f"{RECOVERY_SLACK_S:g} s: {verdict}"
+    )
+
+    def seconds(value: float | None) -> str:
+        return "?" if value is None else f"{value:.3f}"
+
+    header = (
+        "kill", "ready_s before", "exit seen", "respawned", "ready", "200", "respawn ready_s",
+        "attempts", "retry-after",
+    )  # fmt: skip
+    lines = [
+        (
+            str(number),
+            seconds(run["worker_ready_s"]),
+            seconds(run["exit_seen_s"]),
+            seconds(run["spawned_s"]),
+            seconds(run["ready_s"]),
+            seconds(run["answered_s"]),
+            seconds(run["respawn_ready_s"]),
+            " ".join(f"{k}:{v}" for k, v in sorted(run["attempts"].items())),
+            ",".join(run["retry_after"]) or "-",
+        )
+        for number, run in enumerate(recovery["runs"], 1)
+    ]
+    print_table(header, lines, ["<", ">", ">", ">", ">", ">", ">", "<", "<"], indent="  ")
+    print("  (seconds from the kill, as the parent's log lines arrived)")
+    print(
+        f"  model load for comparison: mlx_lm.load in this process {seconds(startup['raw_load_s'])} s, "
+        f"in-process server {seconds(startup['in_process_load_s'])} s; a fresh interpreter "
+        f"importing the worker's modules {seconds(startup['worker_import_s'])} s"
+    )
+
+
+def print_table(
+    header: Sequence[str], lines: Sequence[Sequence[str]], aligns: Sequence[str], indent: str = ""
+) -> None:
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
-    aligns = ["<", ">", ">", ">", "<"]
 
     def fmt(cells: Sequence[str]) -> str:
         padded = (f"{cell:{align}{width}}" for cell, align, width in zip(cells, aligns, widths))
-        return "  ".join(padded).rstrip()
+        return (indent + "  ".join(padded)).rstrip()
 
     print(fmt(header))
-    print("  ".join("-" * width for width in widths))
+    print(indent + "  ".join("-" * width for width in widths))
     for line in lines:
         print(fmt(line))
-    print()
-    print("ratio = mlxhost / raw: above 1 is better for tok/s rows, worse for TTFT.")
+
+
+def path_ratios(summaries: dict[str, dict[str, Any]], path: str, base: str) -> dict[str, float]:
+    top, bottom = summaries[path], summaries[base]
+    ratios: dict[str, float] = {}
+    for key in bottom:
+        figure = "decode_tok_s" if key == "c1" else "total_tok_s"
+        ratios[key] = ratio(top[key][figure], bottom[key][figure])
+    if "c1" in bottom:
+        ratios["c1_e2e"] = ratio(top["c1"]["e2e_tok_s"], bottom["c1"]["e2e_tok_s"])
+        ratios["ttft_p50"] = ratio(top["c1"]["ttft_ms_p50"], bottom["c1"]["ttft_ms_p50"])
+    return ratios
 
 
 def json_document(
     plan: Plan,
     info: dict[str, Any],
-    raw: dict[str, Any],
-    http: dict[str, Any],
+    summaries: dict[str, dict[str, Any]],
     measured: dict[str, Any],
+    recovery: dict[str, Any],
+    startup: dict[str, float | None],
 ) -> dict[str, Any]:
-    ratios: dict[str, float] = {}
-    for key in raw:
-        figure = "decode_tok_s" if key == "c1" else "total_tok_s"
-        ratios[key] = ratio(http[key][figure], raw[key][figure])
-    if "c1" in raw:
-        ratios["c1_e2e"] = ratio(http["c1"]["e2e_tok_s"], raw["c1"]["e2e_tok_s"])
-        ratios["ttft_p50"] = ratio(http["c1"]["ttft_ms_p50"], raw["c1"]["ttft_ms_p50"])
+    isolated_vs_raw = path_ratios(summaries, "isolated", "raw")
+    ttft = {path: summaries[path].get("c1", {}).get("ttft_ms_p50") for path in PATHS}
+    memory = measured["memory"]
     return {
         **info,
         "settings": {
@@ -683,17 +1065,28 @@ def json_document(
             "temperature": 0.0,
             "max_batch": plan.max_batch,
             "prefill_batch": PREFILL_BATCH,
+            "server_options": {name: server_options(name, plan) for name in SERVED},
         },
-        "results": {"raw": raw, "mlxhost": http},
-        "ratios": {"mlxhost_vs_raw": ratios},
-        "ttft_ms": {
-            "p50": {
-                "raw": raw.get("c1", {}).get("ttft_ms_p50"),
-                "mlxhost": http.get("c1", {}).get("ttft_ms_p50"),
-            }
+        "results": summaries,
+        "ratios": {
+            "isolated_vs_raw": isolated_vs_raw,
+            "in_process_vs_raw": path_ratios(summaries, "in_process", "raw"),
+            "isolated_vs_in_process": path_ratios(summaries, "isolated", "in_process"),
+            "mlxhost_vs_raw": isolated_vs_raw,  # the old key: the default (isolated) server
         },
-        "server_engine_statistics": measured["server_engine"],
-        "prompt_tokens_mlxhost": measured["prompt_tokens_mlxhost"],
+        "ttft_ms": {"p50": {**ttft, "mlxhost": ttft["isolated"]}},
+        "rss_mb": memory,
+        "recovery_s": recovery["recovery_s"],
+        "worker_ready_s": recovery["worker_ready_s"],
+        "recovery": {**recovery, "startup": startup},
+        "targets": {
+            "parent_rss_mb_max": PARENT_RSS_TARGET_MB,
+            "parent_rss_ok": None if memory["parent"] is None else memory["parent"] <= PARENT_RSS_TARGET_MB,
+            "recovery_slack_s": RECOVERY_SLACK_S,
+            "recovery_ok": recovery["meets_target"],
+        },
+        "server_engine_statistics": measured["server_engines"],
+        "prompt_tokens_served": measured["prompt_tokens"],
     }
 
 
@@ -708,27 +1101,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         "path": str(plan.model_path),
         "size": plan.size,
         "parameters": raw.parameters,
+        "load_s": raw.load_s,
         "prompt": prompt,
         "prompt_tokens": len(ids),
         "reply_probe": asdict(probe),
     }
 
-    measured = asyncio.run(measure(plan, raw, prompt, ids))
-    if measured["prompt_tokens_mlxhost"] != len(ids):
-        progress(
-            f"warning: mlxhost counted {measured['prompt_tokens_mlxhost']} prompt tokens, raw "
-            f"{len(ids)}: the two paths do not see the same prompt"
-        )
-    raw_summary, http_summary = summarize(measured["raw"]), summarize(measured["mlxhost"])
-    rows = table_rows(raw_summary, http_summary)
-    print_report(plan, info, rows)
+    # The servers stop when this block ends, however it ends; so also on SIGTERM.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        with contextlib.ExitStack() as servers:
+            measured = asyncio.run(measure(plan, raw, prompt, ids, servers))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    for name, counted in measured["prompt_tokens"].items():
+        if counted != len(ids):
+            progress(
+                f"warning: {LABELS[name]} counted {counted} prompt tokens, raw {len(ids)}: "
+                "the paths do not see the same prompt"
+            )
+    summaries = {name: summarize(measured["results"][name]) for name in PATHS}
+    recovery = recovery_summary(measured["recoveries"])
+    startup = {
+        "raw_load_s": raw.load_s,
+        "in_process_load_s": measured["in_process_load_s"],
+        "worker_import_s": measured["worker_import_s"],
+    }
+    print_report(plan, info, table_rows(summaries), measured["memory"], recovery, startup)
 
     if plan.json_path is not None:
-        document = json_document(plan, info, raw_summary, http_summary, measured)
+        document = json_document(plan, info, summaries, measured, recovery, startup)
         plan.json_path.parent.mkdir(parents=True, exist_ok=True)
         plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
         progress(f"wrote {plan.json_path}")
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -212,8 +212,8 @@ def test_the_worker_refuses_another_protocol_version(tiny_model: Path, tmp_path:
         server.stop()
 
 
-def test_killing_the_parent_leaves_no_worker_behind(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model))
+def test_killing_the_parent_leaves_no_worker_behind(tiny_model: Path, tmp_path: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--runtime-dir", str(tmp_path))
     worker = psutil.Process(server.worker()["pid"])
     server.process.kill()
     server.process.wait()
@@ -225,6 +225,7 @@ def test_killing_the_parent_leaves_no_worker_behind(tiny_model: Path) -> None:
             return True
 
     wait_until(gone, timeout=20)
+    wait_until(lambda: not list(tmp_path.iterdir()))  # nor its socket or runtime directory
 
 
 @pytest.fixture(scope="module")

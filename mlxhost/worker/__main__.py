@@ -21,6 +21,7 @@ from ..protocol import EXIT_BAD_LAUNCH, BadLaunchRecord, LaunchRecord, MemoryRea
 from ..shutdown import Shutdown
 
 MEMORY_INTERVAL = 1.0
+PARENT_GONE = "parent gone (stdin closed)"
 RSS_GRANULARITY = 1 << 20  # RSS wobbles by pages; report it when it moves by a MiB or more
 
 logger = logging.getLogger("mlxhost.worker")
@@ -69,6 +70,11 @@ async def _run(record: LaunchRecord, settings: Settings) -> None:
         on_ready,
         background,
     )
+    if shutdown.reason == PARENT_GONE:
+        # Nobody is left to remove the parent's runtime directory; the last worker out does
+        # (rmdir fails, harmlessly, while other workers' sockets are still in it).
+        with contextlib.suppress(OSError):
+            Path(record.socket).parent.rmdir()
 
 
 async def _watch_parent(shutdown: Shutdown) -> None:
@@ -87,7 +93,7 @@ async def _watch_parent(shutdown: Shutdown) -> None:
 
     threading.Thread(target=read_until_eof, name="mlxhost-parent-watch", daemon=True).start()
     await closed.wait()
-    shutdown.request("parent gone (stdin closed)")
+    shutdown.request(PARENT_GONE)
 
 
 async def _report_memory(engine: object) -> None:
