@@ -148,10 +148,10 @@ def _model_spec(item: object) -> ModelSpec:
     unknown = set(item) - _MODEL_KEYS
     if unknown:
         raise _Invalid(f"unknown model key(s) {sorted(unknown)}; valid: {sorted(_MODEL_KEYS)}")
-    path = item.get("path")
-    if not isinstance(path, str) or not path:
+    location = item.get("path")
+    if not isinstance(location, str) or not location:
         raise _Invalid("each [[model]] needs a 'path'")
-    model_id = item.get("id", Path(path).name)
+    model_id = item.get("id", Path(location).name)
     aliases = item.get("aliases", [])
     if not isinstance(model_id, str) or not model_id:
         raise _Invalid("a model 'id' must be a non-empty string")
@@ -164,7 +164,7 @@ def _model_spec(item: object) -> ModelSpec:
     max_batch = item.get("max_batch")
     return ModelSpec(
         model_id,
-        path,
+        location,
         tuple(aliases),
         preload,
         None if idle_ttl is None else _non_negative_number(idle_ttl),

@@ -18,7 +18,7 @@ import anyio
 import anyio.abc
 from hypercorn.asyncio.run import worker_serve
 from hypercorn.config import Config, Sockets
-from hypercorn.typing import ASGIFramework
+from starlette.types import ASGIApp
 from hypercorn.utils import wrap_app
 
 __all__ = ["BindError", "Listener", "describe", "remove_socket_file", "serve_in"]
@@ -43,11 +43,11 @@ class Listener:
             raise BindError(f"cannot listen on {', '.join(binds)}: {exc.strerror}") from None
         self.addresses = [describe(s) for s in self._sockets.insecure_sockets]
 
-    async def serve(self, app: ASGIFramework, stop: anyio.Event) -> None:
+    async def serve(self, app: ASGIApp, stop: anyio.Event) -> None:
         """Serve until `stop` is set. Run it in a task of its own (see `serve_in`)."""
         try:
             await worker_serve(
-                wrap_app(app, self.config.wsgi_max_body_size, "asgi"),
+                wrap_app(app, self.config.wsgi_max_body_size, "asgi"),  # type: ignore[arg-type]  # Starlette and Hypercorn type ASGI apart
                 self.config,
                 sockets=self._sockets,
                 shutdown_trigger=stop.wait,
@@ -67,7 +67,7 @@ class Listener:
 
 
 def serve_in(
-    tg: anyio.abc.TaskGroup, listener: Listener, app: ASGIFramework, stop: anyio.Event
+    tg: anyio.abc.TaskGroup, listener: Listener, app: ASGIApp, stop: anyio.Event
 ) -> None:
     """Serve in a new task of `tg`, and cancel the rest of `tg` once serving has ended.
 

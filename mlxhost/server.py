@@ -6,8 +6,6 @@ Nothing here imports MLX: in the default mode the parent never loads it.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-
 from .config import ModelSpec, Settings
 from .shutdown import Shutdown
 

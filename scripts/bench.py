@@ -14,8 +14,9 @@ in-process  `python -m mlxhost serve --in-process`: the serving core and the mod
 isolated    `python -m mlxhost serve` (the default): a parent process that never imports MLX,
             proxying each request over a private Unix socket to a worker process that holds the
             model.
-The two servers run side by side in subprocesses, with the same options, driven over HTTP with
-streaming chat completions (httpx, SSE parsed by hand). Concurrency N is N streams at once.
+The two servers run side by side in subprocesses, with the same serving options, driven over
+HTTP with streaming chat completions (httpx, SSE parsed by hand). Concurrency N is N streams at
+once.
 
 Each path is warmed up first: one full single-stream generation, then one short batch at the
 highest concurrency. The prompt is picked by a greedy probe (see PROMPTS).
@@ -40,7 +41,9 @@ Then, with both servers idle:
              502, 503, timeouts and connection errors, until one answers 200. recovery_s is the
              time from the kill to that 200. Target: recovery_s <= worker_ready_s + 1 s. The
              parent's log splits it: kill to the parent seeing the exit, to the respawn, to the
-             new worker being ready, to the 200.
+             new worker being ready, to the 200. Also checked, the stricter reading: recovery_s
+             <= the model load alone (the in-process server's "loaded in") + 1 s; and timed, a
+             fresh interpreter importing the worker's modules, which is most of a ready_s.
              The isolated server runs with --early-exit 0 and a --restart-limit above the
              repeats: back-to-back kills would otherwise trip the crash-loop guards (two exits
              within 10 s of their spawn wait --crash-backoff, 5 s; at most 3 respawns per 60 s),
@@ -48,10 +51,11 @@ Then, with both servers idle:
              option changes how requests are served.
 
 JSON (--json): ratios.isolated_vs_raw and ratios.in_process_vs_raw (each with c1 = decode,
-c1_e2e, ttft_p50, and cN = total tok/s), ratios.isolated_vs_in_process, ratios.mlxhost_vs_raw (an
-alias of isolated_vs_raw, for older readers), ttft_ms.p50.{raw,in_process,isolated},
-results.{raw,in_process,isolated}, rss_mb.{parent,worker,in_process}, recovery_s and
-worker_ready_s (medians), recovery.runs (each kill, split), targets.
+c1_e2e, ttft_p50, and cN = total tok/s), ratios.isolated_vs_in_process,
+ttft_ms.p50.{raw,in_process,isolated}, results.{raw,in_process,isolated},
+rss_mb.{parent,worker,in_process}, recovery_s and worker_ready_s (medians), recovery.runs (each
+kill, split), targets. For older readers ratios.mlxhost_vs_raw and ttft_ms.p50.mlxhost remain, as
+aliases of the isolated figures; results.mlxhost is gone.
 """
 
 from __future__ import annotations
@@ -354,7 +358,7 @@ class Server:
         return [(t, line) for t, line in list(self.log) if t >= since]
 
     def stop(self) -> None:
-        """SIGTERM (the parent stops its workers), SIGKILL if need be; then no worker outlives it."""
+        """SIGTERM (the parent stops its workers), SIGKILL if need be; no worker outlives it."""
         workers = set(self.worker_pids)
         with contextlib.suppress(psutil.Error):
             workers |= {p.pid for p in psutil.Process(self.pid).children(recursive=True)}
@@ -478,12 +482,11 @@ class Recovery:
     recovery_s: float  # kill to the first 200
     attempts: dict[str, int]  # outcome ("200", "503", "ConnectError", ...) to count
     retry_after: list[str]  # the Retry-After values the refusals carried
-    # From the kill, as the parent's log lines arrived: the parent saw the exit, spawned the new
-    # worker, found it ready; and the 200.
-    exit_seen_s: float | None
-    spawned_s: float | None
-    ready_s: float | None
-    answered_s: float
+    # Seconds from the kill, as the parent's log lines arrived: it saw the exit, spawned the new
+    # worker, found it ready.
+    exit_seen_at_s: float | None
+    respawned_at_s: float | None
+    ready_at_s: float | None
 
     @property
     def meets_target(self) -> bool:
@@ -560,10 +563,9 @@ async def recover_once(server: Server, client: httpx.AsyncClient, prompt: str) -
         recovery_s=answered - killed,
         attempts=dict(attempts),
         retry_after=sorted(retry_after),
-        exit_seen_s=when(rf"pid {pid} exited"),
-        spawned_s=when(rf"spawned pid {new_pid}\b") if new_pid else None,
-        ready_s=when(rf"ready \(pid {new_pid}\)") if new_pid else None,
-        answered_s=answered - killed,
+        exit_seen_at_s=when(rf"pid {pid} exited"),
+        respawned_at_s=when(rf"spawned pid {new_pid}\b") if new_pid else None,
+        ready_at_s=when(rf"ready \(pid {new_pid}\)") if new_pid else None,
     )
 
 
@@ -573,8 +575,8 @@ def describe_recovery(run: Recovery) -> str:
 
     return (
         f"recovery {run.recovery_s:.3f}s (worker ready_s {run.worker_ready_s:.3f}s); "
-        f"exit seen {at(run.exit_seen_s)}, respawned {at(run.spawned_s)}, "
-        f"ready {at(run.ready_s)}, 200 {at(run.answered_s)}; attempts {run.attempts}"
+        f"exit seen {at(run.exit_seen_at_s)}, respawned {at(run.respawned_at_s)}, "
+        f"ready {at(run.ready_at_s)}, 200 {at(run.recovery_s)}; attempts {run.attempts}"
     )
 
 
@@ -592,7 +594,7 @@ def worker_import_s() -> float:
 
 
 async def engine_statistics(url: str | None = None, uds: str | None = None) -> Any:
-    """`engine` of a serving core's /health: the in-process server's, or a worker's on its socket."""
+    """`engine` from a serving core's /health: the in-process server, or a worker's socket."""
     transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
     try:
         async with httpx.AsyncClient(
@@ -723,7 +725,6 @@ def choose_prompt(raw: RawMLX, max_tokens: int) -> tuple[str, list[int], PromptP
     return text, raw.encode(text), probe
 
 
-
 def server_options(name: str, plan: Plan) -> list[str]:
     if name == "in_process":
         return ["--in-process"]
@@ -760,7 +761,8 @@ async def measure(
         http: dict[str, HTTPBench] = {}
         for name, server in servers.items():
             client = httpx.AsyncClient(base_url=server.url, timeout=timeout, limits=limits)
-            http[name] = HTTPBench(await clients.enter_async_context(client), prompt, plan.max_tokens)
+            client = await clients.enter_async_context(client)
+            http[name] = HTTPBench(client, prompt, plan.max_tokens)
             progress(f"{LABELS[name]}: ready on {server.url}; warming up")
             await http[name].stream()
             if top > 1:
@@ -911,7 +913,9 @@ def recovery_summary(runs: list[Recovery]) -> dict[str, Any]:
     return {
         "recovery_s": recovery_s,
         "worker_ready_s": worker_ready_s,
-        "respawn_ready_s": median([r.respawn_ready_s for r in runs if r.respawn_ready_s is not None]),
+        "respawn_ready_s": median(
+            [r.respawn_ready_s for r in runs if r.respawn_ready_s is not None]
+        ),
         "meets_target": recovery_s <= worker_ready_s + RECOVERY_SLACK_S,
         "runs": [{**asdict(r), "meets_target": r.meets_target} for r in runs],
     }
@@ -966,7 +970,8 @@ def print_report(
     verdict = "?" if parent is None else ("pass" if parent <= PARENT_RSS_TARGET_MB else "FAIL")
     print()
     print("memory (RSS, psutil, after the throughput runs):")
-    print(f"  isolated parent   {mb(parent):>10}   target <= {PARENT_RSS_TARGET_MB:g} MB: {verdict}")
+    target = f"target <= {PARENT_RSS_TARGET_MB:g} MB: {verdict}"
+    print(f"  isolated parent   {mb(parent):>10}   {target}")
     print(
         f"  isolated worker   {mb(memory['worker']):>10}   "
         f"(its own reading in /health: {mb(memory['worker_reported'])})"
@@ -979,7 +984,7 @@ def print_report(
     print()
     print(
         f"recovery (isolated: kill -9 of the worker to the first 200 of a max_tokens "
-        f"{RECOVERY_MAX_TOKENS} request; {len(recovery['runs'])} kills, medians):"
+        f"{RECOVERY_MAX_TOKENS} request; {len(recovery['runs'])} kill(s), medians):"
     )
     verdict = "pass" if recovery["meets_target"] else "FAIL"
     print(
@@ -999,10 +1004,10 @@ def print_report(
         (
             str(number),
             seconds(run["worker_ready_s"]),
-            seconds(run["exit_seen_s"]),
-            seconds(run["spawned_s"]),
-            seconds(run["ready_s"]),
-            seconds(run["answered_s"]),
+            seconds(run["exit_seen_at_s"]),
+            seconds(run["respawned_at_s"]),
+            seconds(run["ready_at_s"]),
+            seconds(run["recovery_s"]),
             seconds(run["respawn_ready_s"]),
             " ".join(f"{k}:{v}" for k, v in sorted(run["attempts"].items())),
             ",".join(run["retry_after"]) or "-",
@@ -1012,10 +1017,18 @@ def print_report(
     print_table(header, lines, ["<", ">", ">", ">", ">", ">", ">", "<", "<"], indent="  ")
     print("  (seconds from the kill, as the parent's log lines arrived)")
     print(
-        f"  model load for comparison: mlx_lm.load in this process {seconds(startup['raw_load_s'])} s, "
-        f"in-process server {seconds(startup['in_process_load_s'])} s; a fresh interpreter "
-        f"importing the worker's modules {seconds(startup['worker_import_s'])} s"
+        "  where a worker's ready_s goes: a fresh interpreter importing the worker's modules "
+        f"takes {seconds(startup['worker_import_s'])} s; the model load itself "
+        f"{seconds(startup['in_process_load_s'])} s (the in-process server's 'loaded in'; "
+        f"mlx_lm.load in this process {seconds(startup['raw_load_s'])} s)"
     )
+    load = startup["in_process_load_s"]
+    if load is not None:
+        verdict = "pass" if recovery["recovery_s"] <= load + RECOVERY_SLACK_S else "FAIL"
+        print(
+            f"  stricter reading, model load only: recovery_s <= {load:.3f} + "
+            f"{RECOVERY_SLACK_S:g} s: {verdict}"
+        )
 
 
 def print_table(
@@ -1081,9 +1094,17 @@ def json_document(
         "recovery": {**recovery, "startup": startup},
         "targets": {
             "parent_rss_mb_max": PARENT_RSS_TARGET_MB,
-            "parent_rss_ok": None if memory["parent"] is None else memory["parent"] <= PARENT_RSS_TARGET_MB,
+            "parent_rss_ok": None
+            if memory["parent"] is None
+            else memory["parent"] <= PARENT_RSS_TARGET_MB,
             "recovery_slack_s": RECOVERY_SLACK_S,
             "recovery_ok": recovery["meets_target"],
+            # The issue's "model load time" read as the load alone, without interpreter start
+            # and imports (the in-process server's "loaded in"):
+            "model_load_s": startup["in_process_load_s"],
+            "recovery_ok_vs_model_load": None
+            if startup["in_process_load_s"] is None
+            else recovery["recovery_s"] <= startup["in_process_load_s"] + RECOVERY_SLACK_S,
         },
         "server_engine_statistics": measured["server_engines"],
         "prompt_tokens_served": measured["prompt_tokens"],

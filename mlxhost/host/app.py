@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -124,5 +123,4 @@ async def restart_worker(request: Request) -> Response:
         raise NotFound(str(exc), param="worker", code="worker_not_found") from None
     except (WorkerUnavailable, TimeoutError) as exc:
         raise ServiceUnavailable(str(exc), code="restart_failed") from None
-    await anyio.sleep(0)
     return JSONResponse({"worker": supervisor.snapshot()}, status_code=202)

@@ -18,7 +18,7 @@ import anyio
 from ..config import Settings
 from ..http import BindError, Listener, serve_in
 from ..shutdown import Shutdown
-from .app import create_host_app
+from .app import Host, create_host_app
 from .pool import ModelPool
 
 __all__ = ["make_runtime_dir", "serve_host"]
@@ -77,7 +77,7 @@ async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _drain_on_shutdown(host, pool: ModelPool, shutdown: Shutdown, stop: anyio.Event) -> None:  # type: ignore[no-untyped-def]
+async def _drain_on_shutdown(host: Host, pool: ModelPool, shutdown: Shutdown, stop: anyio.Event) -> None:
     await shutdown.requested.wait()
     grace = host.settings.shutdown_grace
     logger.info(

@@ -248,9 +248,9 @@ class Engine:
 
     # -- generation thread -------------------------------------------------------------------
 
-    def _thread_main(self, started: Callable[[], None]) -> None:
+    def _thread_main(self, started: Callable[[], object]) -> None:
         began = time.perf_counter()
-        model, self._tokenizer = mlx_lm.load(str(self.model_path))
+        model, self._tokenizer = mlx_lm.load(str(self.model_path))[:2]
         self.context_length = _context_length(model)
         self.load_seconds = time.perf_counter() - began
         generator = self._new_generator(model)
@@ -377,7 +377,7 @@ class Engine:
             if top > 0:
                 ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
                 values = logprobs[ids].tolist()
-                pairs = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])
+                pairs = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])  # type: ignore[arg-type]
                 alternatives = tuple((self._tokenizer.decode([i]), v) for i, v in pairs)
             token = self._tokenizer.decode([response.token])
         return TokenLogprob(token, logprobs[response.token].item(), alternatives)

@@ -53,6 +53,7 @@ class SamplerCache:
 def _seeded_sampler(params: SamplingParams) -> Sampler:
     if params.temperature == 0:
         return make_sampler(temp=0.0)
+    assert params.seed is not None
     key = mx.random.key(params.seed)
 
     def sample(logprobs: mx.array) -> mx.array:

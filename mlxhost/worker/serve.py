@@ -7,12 +7,14 @@ It runs inside a worker process (on the worker's private Unix socket) and, with
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 from ..api.app import create_app
+from ..api.completions import Serving
 from ..config import Settings
 from ..http import Listener, serve_in
 from ..shutdown import Shutdown
@@ -22,7 +24,7 @@ __all__ = ["serve_model"]
 
 logger = logging.getLogger("mlxhost")
 
-Background = Callable[[Engine], Awaitable[None]]
+Background = Callable[[Engine], Coroutine[Any, Any, None]]
 
 
 async def serve_model(
@@ -48,13 +50,15 @@ async def serve_model(
             serve_in(tg, listener, app, stop)
 
 
-async def _drain_on_shutdown(service, grace: float, shutdown: Shutdown, stop: anyio.Event) -> None:  # type: ignore[no-untyped-def]
+async def _drain_on_shutdown(
+    service: Serving, grace: float, shutdown: Shutdown, stop: anyio.Event
+) -> None:
     await shutdown.requested.wait()
     logger.info(
         "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
     )
     service.accepting = False
-    engine: Engine = service.engine
+    engine = service.engine
     await shutdown.wait_grace(grace, engine.wait_idle)
     engine.cancel_all("shutdown")
     # Let the cancelled streams write their last chunk before Hypercorn closes them: its own
