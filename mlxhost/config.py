@@ -107,13 +107,15 @@ class ModelSpec:
     preload: bool | None = None  # None: the default (first) model preloads, others on demand
     idle_ttl: float | None = None  # seconds unused before it is unloaded; None: the host's idle_ttl
     max_batch: int | None = None
+    max_active: int | None = None  # sessions running at once; None: the host's max_active
+    max_queued: int | None = None  # sessions waiting; None: the host's max_queued
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
 
 
-_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch"}
+_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued"}
 
 
 def _model_specs(value: object) -> tuple[ModelSpec, ...]:
@@ -162,6 +164,8 @@ def _model_spec(item: object) -> ModelSpec:
         raise _Invalid("'preload' must be true or false")
     idle_ttl = item.get("idle_ttl")
     max_batch = item.get("max_batch")
+    max_active = item.get("max_active")
+    max_queued = item.get("max_queued")
     return ModelSpec(
         model_id,
         location,
@@ -169,6 +173,8 @@ def _model_spec(item: object) -> ModelSpec:
         preload,
         None if idle_ttl is None else _non_negative_number(idle_ttl),
         None if max_batch is None else _integer(1, 1024)(max_batch),
+        None if max_active is None else _integer(1)(max_active),
+        None if max_queued is None else _integer(0)(max_queued),
     )
 
 
@@ -189,6 +195,14 @@ class Settings:
     in_process: bool = _option(False, _boolean, "serve the model in this process (no worker; for debugging)")
     strict_models: bool = _option(
         False, _boolean, "404 for an unknown model name (default: use the default model)"
+    )
+    max_active: int = _option(8, _integer(1), "sessions per model running at once")
+    max_queued: int = _option(64, _integer(0), "sessions per model waiting in line; more get 429")
+    request_timeout: float = _option(
+        600.0, _non_negative_number, "seconds a request may take in all, queue included (0: no limit)"
+    )
+    idle_timeout: float = _option(
+        30.0, _positive_number, "seconds a client may stop reading a stream before it is cancelled"
     )
     max_resident: int = _option(2, _integer(1), "most models loaded at once")
     memory_budget: int = _option(

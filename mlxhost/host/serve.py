@@ -20,6 +20,7 @@ from ..http import BindError, Listener, serve_in
 from ..shutdown import Shutdown
 from .app import Host, create_host_app
 from .pool import ModelPool
+from .sessions import CancelReason
 
 __all__ = ["make_runtime_dir", "serve_host"]
 
@@ -84,8 +85,12 @@ async def _drain_on_shutdown(host: Host, pool: ModelPool, shutdown: Shutdown, st
         "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
     )
     host.accepting = False
-    # Each worker drains itself within the same grace, then ends its streams with an error
-    # chunk saying why; the relays pass that on before Hypercorn closes the connections.
+    await shutdown.wait_grace(grace, host.sessions.wait_empty)
+    # Cancelled sessions end their streams with an error chunk saying why: let them write it
+    # before Hypercorn closes the connections.
+    host.sessions.cancel_all(CancelReason.SHUTDOWN)
+    with anyio.move_on_after(2.0):
+        await host.sessions.wait_empty()
     async with anyio.create_task_group() as tg:
 
         async def force() -> None:
@@ -100,5 +105,4 @@ async def _drain_on_shutdown(host: Host, pool: ModelPool, shutdown: Shutdown, st
             for supervisor in pool.supervisors():
                 stopping.start_soon(supervisor.stop, False)
         tg.cancel_scope.cancel()
-    await anyio.sleep(0.05)
     stop.set()

@@ -169,10 +169,18 @@ class Supervisor:
                 await self._changed.wait()
         return self.last_exit if self.last_exit and self.last_exit.pid == pid else None
 
+    async def wait_replaced(self, pid: int | None) -> None:
+        """Wait until a process other than `pid` is ready (or the worker gives up)."""
+        while not (self.state is WorkerState.READY and self.pid != pid):
+            if self.state in (WorkerState.EXHAUSTED, WorkerState.CLOSED):
+                return
+            await self._changed.wait()
+
     async def restart(self) -> None:
         """An operator's restart: drain and respawn now, with a fresh restart budget."""
         self._respawns.clear()
         if self.state is WorkerState.EXHAUSTED:
+            self._set_state(WorkerState.STARTING)  # requests wait for it from now on
             self._resume.set()
         elif self.state is WorkerState.RESTARTING:
             self._terminate.set()  # skip the crash-loop wait

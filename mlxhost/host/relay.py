@@ -1,0 +1,342 @@
+"""One session, run end to end: admit it, find its worker, relay the answer, record the outcome.
+
+`SessionResponse` is the ASGI response the generation routes return. Everything a session does
+happens inside its own cancel scope, in the request's task: waiting in the admission queue,
+starting the model, waiting for the worker's answer and relaying it chunk by chunk. A client that
+leaves, a consumer that stops reading, the deadline, an operator and shutdown all cancel that
+scope; leaving it closes the connection to the worker, and the worker stops the generation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import anyio
+import httpx
+from starlette.responses import JSONResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from ..api.errors import APIError, ServiceUnavailable
+from ..config import ModelSpec
+from .admission import Admission, QueueFull
+from .pool import ModelPool
+from .sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
+from .supervisor import Supervisor, WorkerUnavailable
+
+__all__ = ["SessionResponse", "WorkerFailed"]
+
+logger = logging.getLogger("mlxhost.relay")
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "date",  # Hypercorn writes its own
+        "server",
+    }
+)
+SESSION_HEADER = "x-mlxhost-session"
+EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
+GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
+FINISH_REASON = re.compile(rb'"finish_reason":"(\w+)"')
+
+
+class WorkerFailed(APIError):
+    status_code = 502
+    type = "worker_error"
+    code = "worker_exited"
+
+
+class Refused(APIError):
+    status_code = 429
+    type = "resource_admission"
+    code = "queue_full"
+
+
+class Cancelled(APIError):
+    status_code = 503
+    type = "cancelled"
+    code = "cancelled"
+
+
+class TimedOut(APIError):
+    status_code = 504
+    type = "timeout"
+    code = "deadline"
+
+
+class SessionResponse:
+    def __init__(
+        self,
+        *,
+        pool: ModelPool,
+        admission: Admission,
+        sessions: SessionRegistry,
+        spec: ModelSpec,
+        body: bytes,
+        stream: bool,
+        path: str,
+        headers: dict[str, str],
+        request_timeout: float,
+        idle_timeout: float,
+    ) -> None:
+        self.pool = pool
+        self.admission = admission
+        self.sessions = sessions
+        self.spec = spec
+        self.body = body
+        self.stream = stream
+        self.path = path
+        self.headers = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session = self.sessions.open(self.spec.id, self.stream)
+        client = _Client(send, session, self.idle_timeout)
+        outcome: Outcome | None = None
+        try:
+            with session.scope:
+                if self.request_timeout:
+                    session.scope.deadline = anyio.current_time() + self.request_timeout
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_watch_disconnect, receive, session)
+                    outcome = await self._run(session, client)
+                    tg.cancel_scope.cancel()
+            if outcome is None:
+                reason = session.cancel_reason or CancelReason.DEADLINE
+                outcome = Outcome.cancelled(reason)
+                await client.goodbye(_cancelled_error(reason, self.request_timeout))
+        except Exception:
+            logger.exception("session %s failed", session.id)
+            outcome = Outcome.failed("internal_error", "the host failed while relaying this request")
+            raise
+        finally:
+            self.sessions.close(session, outcome or Outcome.failed("internal_error", "no outcome"))
+
+    async def _run(self, session: Session, client: _Client) -> Outcome:
+        try:
+            async with self.admission.slot(session):
+                session.advance(SessionState.PREPARING)
+                try:
+                    with anyio.fail_after(self.pool.settings.load_timeout):
+                        supervisor = await self.pool.acquire(self.spec)
+                except WorkerUnavailable as exc:
+                    headers = {"retry-after": f"{exc.retry_after:.0f}"} if exc.retry_after else None
+                    return await client.error(ServiceUnavailable(exc.message, code=exc.code, headers=headers))
+                except TimeoutError:
+                    error = ServiceUnavailable(
+                        f"the model '{self.spec.id}' did not load within "
+                        f"{self.pool.settings.load_timeout:g}s",
+                        code="model_load_timeout",
+                        headers={"retry-after": "5"},
+                    )
+                    return await client.error(error)
+                async with supervisor.lease() as pid:
+                    return await self._relay(session, client, supervisor, pid)
+        except QueueFull:
+            stats = self.admission.statistics()
+            refusal = Refused(
+                f"the model '{self.spec.id}' is at capacity ({stats.active} running, "
+                f"{stats.queued} waiting); try again shortly",
+                headers={"retry-after": "1"},
+            )
+            return await client.error(refusal)
+
+    async def _relay(self, session: Session, client: _Client, supervisor: Supervisor, pid: int) -> Outcome:
+        http = supervisor.client
+        if http is None:
+            error = ServiceUnavailable(
+                f"the model '{self.spec.id}' is restarting", code="model_restarting", headers={"retry-after": "1"}
+            )
+            return await client.error(error)
+        request = http.build_request("POST", self.path, headers=self.headers, content=self.body)
+        try:
+            upstream = await http.send(request, stream=True)
+        except httpx.ConnectError:
+            error = ServiceUnavailable(
+                f"the model '{self.spec.id}' worker is not accepting connections; try again",
+                code="model_restarting",
+                headers={"retry-after": "1"},
+            )
+            return await client.error(error)
+        except httpx.TransportError:
+            return await client.error(await _worker_failed(supervisor, pid))
+        try:
+            session.advance(SessionState.RUNNING)
+            if not self.stream or not upstream.is_success:
+                return await self._relay_whole(session, client, upstream, supervisor, pid)
+            return await self._relay_stream(session, client, upstream, supervisor, pid)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await upstream.aclose()
+
+    async def _relay_whole(
+        self, session: Session, client: _Client, upstream: httpx.Response, supervisor: Supervisor, pid: int
+    ) -> Outcome:
+        try:
+            content = await upstream.aread()
+        except httpx.TransportError:
+            await client.error(await _worker_failed(supervisor, pid))
+            return Outcome.cancelled(CancelReason.WORKER_EXITED)
+        session.advance(SessionState.SETTLING)
+        await client.start(upstream.status_code, upstream.headers)
+        await client.body(content, more=False)
+        return _outcome_of_whole(upstream.status_code, content)
+
+    async def _relay_stream(
+        self, session: Session, client: _Client, upstream: httpx.Response, supervisor: Supervisor, pid: int
+    ) -> Outcome:
+        await client.start(upstream.status_code, upstream.headers)
+        finish: bytes | None = None
+        tail = b""
+        try:
+            async for chunk in upstream.aiter_raw():
+                # Only the last frames can carry the finish reason or an error: look at those.
+                window = tail + chunk
+                if match := _last(FINISH_REASON, window):
+                    finish = match
+                tail = window[-256:]
+                await client.body(chunk)
+        except httpx.TransportError:
+            error = await _worker_failed(supervisor, pid)
+            await client.body(_sse_error(error), more=False)
+            return Outcome.cancelled(CancelReason.WORKER_EXITED)
+        session.advance(SessionState.SETTLING)
+        await client.body(b"", more=False)
+        if finish is not None:
+            return Outcome.completed(finish.decode())
+        return _outcome_of_stream_error(tail)
+
+
+class _Client:
+    """The client side of a session: what was sent, and sends guarded by the idle timeout."""
+
+    def __init__(self, send: Send, session: Session, idle_timeout: float) -> None:
+        self._send = send
+        self._session = session
+        self._idle_timeout = idle_timeout
+        self.started = False
+        self.ended = False
+        self.event_stream = False
+
+    async def start(self, status: int, headers: httpx.Headers | dict[str, str]) -> None:
+        raw = [
+            (k.lower().encode("latin-1"), v.encode("latin-1"))
+            for k, v in headers.items()
+            if k.lower() not in HOP_BY_HOP
+        ]
+        raw.append((SESSION_HEADER.encode(), self._session.id.encode()))
+        self.event_stream = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in raw)
+        await self._guarded({"type": "http.response.start", "status": status, "headers": raw})
+        self.started = True
+
+    async def body(self, chunk: bytes, more: bool = True) -> None:
+        await self._guarded({"type": "http.response.body", "body": chunk, "more_body": more})
+        self.ended = not more
+
+    async def error(self, error: APIError) -> Outcome:
+        """Answer with `error` (nothing was sent yet) and return the outcome it means."""
+        response = JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
+        await self.start(response.status_code, dict(response.headers))
+        await self.body(bytes(response.body), more=False)
+        if isinstance(error, WorkerFailed):
+            return Outcome.cancelled(CancelReason.WORKER_EXITED)
+        return Outcome.failed(error.code or error.type, error.message)
+
+    async def goodbye(self, error: APIError | None) -> None:
+        """After a cancellation: tell the client why, if it is still there to read it."""
+        if error is None or self.ended:
+            return
+        with anyio.move_on_after(GOODBYE_TIMEOUT):
+            if not self.started:
+                await self.error(error)
+            elif self.event_stream:
+                await self.body(_sse_error(error), more=False)
+
+    async def _guarded(self, message: Message) -> None:
+        # A client that stops reading makes send() wait; past the idle timeout it is let go.
+        with anyio.move_on_after(self._idle_timeout) as guard:
+            await self._send(message)
+        if guard.cancelled_caught:
+            self._session.cancel(CancelReason.CONSUMER_IDLE)
+            await anyio.lowlevel.checkpoint()
+
+
+async def _watch_disconnect(receive: Receive, session: Session) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    session.cancel(CancelReason.CLIENT_DISCONNECTED)
+
+
+async def _worker_failed(supervisor: Supervisor, pid: int) -> WorkerFailed:
+    with anyio.CancelScope(shield=True):
+        exit = await supervisor.exit_of(pid, EXIT_WAIT)
+    if exit is None:
+        return WorkerFailed(f"the connection to the model '{supervisor.id}' worker broke")
+    return WorkerFailed(
+        f"the model '{supervisor.id}' worker exited ({exit.describe()}) while handling this "
+        "request; it is being restarted"
+    )
+
+
+def _cancelled_error(reason: CancelReason, request_timeout: float) -> APIError | None:
+    if reason in (CancelReason.CLIENT_DISCONNECTED, CancelReason.CONSUMER_IDLE):
+        return None  # nobody is reading
+    if reason is CancelReason.DEADLINE:
+        return TimedOut(f"the request ran past its deadline of {request_timeout:g}s and was stopped")
+    if reason is CancelReason.SHUTDOWN:
+        return Cancelled("the server is shutting down; the generation was stopped", code="shutting_down")
+    return Cancelled("an operator cancelled this request", code="cancelled")
+
+
+def _sse_error(error: APIError) -> bytes:
+    return b"\n\ndata: " + json.dumps(error.body()).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+def _last(pattern: re.Pattern[bytes], data: bytes) -> bytes | None:
+    found = None
+    for found in pattern.finditer(data):  # noqa: B007
+        pass
+    return found.group(1) if found else None
+
+
+def _outcome_of_whole(status: int, content: bytes) -> Outcome:
+    try:
+        data: Any = json.loads(content)
+    except ValueError:
+        data = None
+    if 200 <= status < 300 and isinstance(data, dict):
+        choices = data.get("choices") or [{}]
+        return Outcome.completed(choices[0].get("finish_reason"))
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        if error.get("code") == "shutting_down":
+            return Outcome.cancelled(CancelReason.SHUTDOWN)
+        return Outcome.failed(str(error.get("code") or status), str(error.get("message", "")))
+    return Outcome.failed(str(status), "the worker answered with an error")
+
+
+def _outcome_of_stream_error(tail: bytes) -> Outcome:
+    start = tail.rfind(b'data: {"error"')
+    if start >= 0:
+        line = tail[start + 6 :].split(b"\n", 1)[0]
+        try:
+            error = json.loads(line)["error"]
+        except (ValueError, KeyError, TypeError):
+            error = {}
+        if error.get("code") == "shutting_down":
+            return Outcome.cancelled(CancelReason.SHUTDOWN)
+        return Outcome.failed(str(error.get("code")), str(error.get("message", "")))
+    return Outcome.failed("incomplete", "the worker's stream ended without a finish reason")

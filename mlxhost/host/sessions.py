@@ -1,0 +1,158 @@
+"""Sessions: every request the host takes, from arrival to its one outcome.
+
+    queued → preparing → running → settling → closed
+
+A session closes exactly once, with `completed(finish_reason)`, `cancelled(reason)` or
+`failed(code, message)`. It owns one cancel scope: client disconnect, deadline, an operator's
+cancel and shutdown all cancel it, each with its reason. The registry keeps the live sessions and
+a bounded list of recently closed ones for the admin API and the dashboard.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import itertools
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+__all__ = ["CancelReason", "Outcome", "Session", "SessionRegistry", "SessionState"]
+
+logger = logging.getLogger("mlxhost.sessions")
+
+RECENT_KEPT = 256
+
+
+class SessionState(enum.StrEnum):
+    QUEUED = "queued"
+    PREPARING = "preparing"
+    RUNNING = "running"
+    SETTLING = "settling"
+    CLOSED = "closed"
+
+
+class CancelReason(enum.StrEnum):
+    CLIENT_DISCONNECTED = "client_disconnected"
+    CONSUMER_IDLE = "consumer_idle"
+    DEADLINE = "deadline"
+    REQUESTED = "requested"
+    SHUTDOWN = "shutdown"
+    WORKER_EXITED = "worker_exited"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # "completed", "cancelled" or "failed"
+    finish_reason: str | None = None  # completed
+    reason: str | None = None  # cancelled
+    code: str | None = None  # failed
+    message: str | None = None  # failed
+
+    @classmethod
+    def completed(cls, finish_reason: str | None) -> Outcome:
+        return cls("completed", finish_reason=finish_reason)
+
+    @classmethod
+    def cancelled(cls, reason: CancelReason) -> Outcome:
+        return cls("cancelled", reason=reason.value)
+
+    @classmethod
+    def failed(cls, code: str, message: str) -> Outcome:
+        return cls("failed", code=code, message=message)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+_numbers = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Session:
+    model: str
+    stream: bool
+    id: str = field(default_factory=lambda: f"s-{uuid.uuid4().hex[:12]}")
+    number: int = field(default_factory=lambda: next(_numbers))
+    opened_at: float = field(default_factory=time.time)
+    state: SessionState = SessionState.QUEUED
+    outcome: Outcome | None = None
+    cancel_reason: CancelReason | None = None
+    closed_at: float | None = None
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+    def cancel(self, reason: CancelReason) -> bool:
+        """Cancel the session's work; the first reason given is the one it closes with."""
+        if self.state is SessionState.CLOSED:
+            return False
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.scope.cancel()
+        return True
+
+    def advance(self, state: SessionState) -> None:
+        if self.state is not SessionState.CLOSED:
+            self.state = state
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "model": self.model,
+            "stream": self.stream,
+            "state": self.state.value,
+            "opened_at": self.opened_at,
+            "age_s": round((self.closed_at or time.time()) - self.opened_at, 3),
+            "outcome": self.outcome.as_dict() if self.outcome else None,
+        }
+
+
+class SessionRegistry:
+    def __init__(self) -> None:
+        self._live: dict[str, Session] = {}
+        self._recent: collections.deque[Session] = collections.deque(maxlen=RECENT_KEPT)
+        self.opened = 0
+        self.closed = 0
+        self._empty = anyio.Event()
+        self._empty.set()
+
+    def open(self, model: str, stream: bool) -> Session:
+        session = Session(model, stream)
+        self._live[session.id] = session
+        self.opened += 1
+        if self._empty.is_set():
+            self._empty = anyio.Event()
+        return session
+
+    def close(self, session: Session, outcome: Outcome) -> None:
+        if session.state is SessionState.CLOSED:
+            # Exactly once: a second close is a bug in the host, not something to hide.
+            logger.error("session %s closed twice (%s, then %s)", session.id, session.outcome, outcome)
+            return
+        session.state = SessionState.CLOSED
+        session.outcome = outcome
+        session.closed_at = time.time()
+        self._live.pop(session.id, None)
+        self._recent.append(session)
+        self.closed += 1
+        if not self._live:
+            self._empty.set()
+
+    def get(self, session_id: str) -> Session | None:
+        return self._live.get(session_id)
+
+    def live(self) -> list[Session]:
+        return list(self._live.values())
+
+    def recent(self) -> list[Session]:
+        return list(self._recent)
+
+    def cancel_all(self, reason: CancelReason) -> None:
+        for session in list(self._live.values()):
+            session.cancel(reason)
+
+    async def wait_empty(self) -> None:
+        await self._empty.wait()
