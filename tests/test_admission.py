@@ -1,0 +1,218 @@
+"""Admission, sessions and cancellation, as clients and the operator see them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import Server, start_server
+
+PROMPT = [{"role": "user", "content": "Go on forever"}]
+
+
+def chat(max_tokens: int, stream: bool = False) -> dict[str, Any]:
+    return {"messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+
+
+def wait_until(predicate, timeout: float = 15.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the condition")
+        time.sleep(0.02)
+    return value
+
+
+def admission(server: Server) -> dict[str, Any]:
+    stats = server.health()["admission"]
+    return next(iter(stats.values())) if stats else {"active": 0, "queued": 0, "rejected": 0}
+
+
+def sessions(server: Server) -> dict[str, Any]:
+    with server.http() as http:
+        return http.get("/admin/sessions").json()  # type: ignore[no-any-return]
+
+
+def recent(server: Server, session_id: str) -> dict[str, Any]:
+    return next(s for s in sessions(server)["recent"] if s["id"] == session_id)
+
+
+def assert_every_session_closed_once(server: Server) -> None:
+    registry = wait_until(lambda: (r := sessions(server)) and not r["live"] and r)
+    assert registry["opened"] == registry["closed"]
+    ids = [s["id"] for s in registry["recent"]]
+    assert len(ids) == len(set(ids)) == registry["closed"]
+    assert all(s["state"] == "closed" and s["outcome"] for s in registry["recent"])
+
+
+class Background:
+    """A request run in a thread, so the test can do other things meanwhile."""
+
+    def __init__(self, server: Server, body: dict[str, Any], timeout: float = 60.0) -> None:
+        self.response: httpx.Response | None = None
+        self.lines: list[str] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(server, body, timeout))
+        self._thread.start()
+
+    def _run(self, server: Server, body: dict[str, Any], timeout: float) -> None:
+        try:
+            with server.http(timeout) as http:
+                with http.stream("POST", "/v1/chat/completions", json=body) as response:
+                    self.response = response
+                    for line in response.iter_lines():
+                        self.lines.append(line)
+                    response.read()
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout: float = 30.0) -> Background:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive()
+        return self
+
+    @property
+    def session(self) -> str:
+        assert self.response is not None
+        return self.response.headers["x-mlxhost-session"]
+
+    def events(self) -> list[Any]:
+        return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]" for line in self.lines if line.startswith("data: ")]
+
+
+@pytest.fixture
+def narrow(tiny_model: Path):  # type: ignore[no-untyped-def]
+    server = start_server("--model", str(tiny_model), "--max-active", "1", "--max-queued", "2")
+    yield server
+    server.stop()
+
+
+def test_one_runs_two_wait_in_order_the_rest_get_429(narrow: Server) -> None:
+    running = Background(narrow, chat(1500, stream=True))
+    wait_until(lambda: admission(narrow)["active"] == 1)
+    second = Background(narrow, chat(20))
+    wait_until(lambda: admission(narrow)["queued"] == 1)
+    third = Background(narrow, chat(20))
+    wait_until(lambda: admission(narrow)["queued"] == 2)
+    with narrow.http() as http:
+        refused = [http.post("/v1/chat/completions", json=chat(5)) for _ in range(3)]
+    for response in refused:
+        assert response.status_code == 429
+        assert response.headers["retry-after"]
+        error = response.json()["error"]
+        assert error["type"] == "resource_admission" and error["code"] == "queue_full"
+    for request in (running, second, third):
+        request.join()
+        assert request.response is not None and request.response.status_code == 200
+    assert admission(narrow)["rejected"] == 3
+    closed = [s["id"] for s in sessions(narrow)["recent"]]
+    # With one place, the waiters ran after the first, in the order they arrived.
+    assert closed.index(running.session) < closed.index(second.session) < closed.index(third.session)
+    assert_every_session_closed_once(narrow)
+
+
+def test_a_queued_client_that_leaves_never_runs(narrow: Server) -> None:
+    before = narrow.engine()
+    running = Background(narrow, chat(1500, stream=True))
+    wait_until(lambda: admission(narrow)["active"] == 1)
+    with narrow.http() as http:
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/chat/completions", json=chat(20), timeout=httpx.Timeout(30, read=0.5))
+    left = wait_until(lambda: [s for s in sessions(narrow)["recent"] if s["outcome"]["kind"] == "cancelled"])
+    assert left[0]["outcome"]["reason"] == "client_disconnected"
+    running.join()
+    after = narrow.engine()
+    # The worker only ever saw the first request.
+    assert after["completed"] + after["cancelled"] - before["completed"] - before["cancelled"] == 1
+    assert_every_session_closed_once(narrow)
+
+
+def test_an_operator_cancels_a_running_session(narrow: Server) -> None:
+    stream = Background(narrow, chat(4000, stream=True))
+    wait_until(lambda: stream.response is not None and len(stream.lines) > 4)
+    with narrow.http() as http:
+        cancelled = http.post(f"/admin/sessions/{stream.session}/cancel")
+        assert cancelled.status_code == 202
+        assert http.post("/admin/sessions/s-nonexistent/cancel").status_code == 404
+    stream.join()
+    events = stream.events()
+    assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "cancelled"
+    assert recent(narrow, stream.session)["outcome"] == {"kind": "cancelled", "reason": "requested"}
+    narrow.wait_for(lambda c: c["active"] == 0)
+    assert_every_session_closed_once(narrow)
+
+
+def test_a_deadline_closes_the_session(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--request-timeout", "0.5")
+    try:
+        stream = Background(server, chat(4000, stream=True)).join()
+        events = stream.events()
+        assert events[-2]["error"]["code"] == "deadline"
+        assert recent(server, stream.session)["outcome"] == {"kind": "cancelled", "reason": "deadline"}
+        with server.http() as http:
+            whole = http.post("/v1/chat/completions", json=chat(4000))
+        assert whole.status_code == 504 and whole.json()["error"]["code"] == "deadline"
+        assert_every_session_closed_once(server)
+    finally:
+        server.stop()
+
+
+def test_a_consumer_that_stops_reading_is_cancelled(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--idle-timeout", "1", "--stream-interval", "0")
+    try:
+        assert server.url is not None
+        host, port = server.url.removeprefix("http://").split(":")
+        # Twenty alternatives a token make ~1.5 kB frames: more than the kernel buffers hold.
+        body = json.dumps({**chat(4000, stream=True), "logprobs": True, "top_logprobs": 20}).encode()
+        reader = socket.socket()
+        # A tiny receive window, and then no reading at all: the host's sends soon block.
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        reader.connect((host, int(port)))
+        reader.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        try:
+            closed = wait_until(lambda: [s for s in sessions(server)["recent"]], timeout=30)
+        finally:
+            reader.close()
+        assert closed[0]["outcome"] == {"kind": "cancelled", "reason": "consumer_idle"}
+        server.wait_for(lambda c: c["active"] == 0)
+        # Others are served meanwhile and after.
+        with server.http() as http:
+            assert http.post("/v1/chat/completions", json=chat(5)).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_a_drained_restart_queues_new_sessions_instead_of_refusing_them(narrow: Server) -> None:
+    old_pid = narrow.worker()["pid"]
+    running = Background(narrow, chat(1500, stream=True))
+    wait_until(lambda: admission(narrow)["active"] == 1)
+    restart: dict[str, httpx.Response] = {}
+
+    def ask_restart() -> None:
+        with narrow.http() as http:
+            restart["response"] = http.post(f"/admin/workers/{narrow.worker()['id']}/restart")
+
+    restarting = threading.Thread(target=ask_restart)
+    restarting.start()
+    time.sleep(0.2)
+    waiting = Background(narrow, chat(5))
+    wait_until(lambda: admission(narrow)["queued"] >= 1)
+    running.join()
+    restarting.join(30)
+    waiting.join()
+    assert running.events()[-2]["choices"][0]["finish_reason"] == "length"  # finished, not cut
+    assert restart["response"].status_code == 200
+    assert waiting.response is not None and waiting.response.status_code == 200
+    assert narrow.worker()["pid"] != old_pid
+    assert_every_session_closed_once(narrow)
