@@ -109,13 +109,14 @@ class ModelSpec:
     max_batch: int | None = None
     max_active: int | None = None  # sessions running at once; None: the host's max_active
     max_queued: int | None = None  # sessions waiting; None: the host's max_queued
+    max_tokens_limit: int | None = None  # largest max_tokens; None: the host's max_tokens_limit
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
 
 
-_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued"}
+_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued", "max_tokens_limit"}
 
 
 def _model_specs(value: object) -> tuple[ModelSpec, ...]:
@@ -166,6 +167,7 @@ def _model_spec(item: object) -> ModelSpec:
     max_batch = item.get("max_batch")
     max_active = item.get("max_active")
     max_queued = item.get("max_queued")
+    max_tokens_limit = item.get("max_tokens_limit")
     return ModelSpec(
         model_id,
         location,
@@ -175,6 +177,7 @@ def _model_spec(item: object) -> ModelSpec:
         None if max_batch is None else _integer(1, 1024)(max_batch),
         None if max_active is None else _integer(1)(max_active),
         None if max_queued is None else _integer(0)(max_queued),
+        None if max_tokens_limit is None else _integer(1)(max_tokens_limit),
     )
 
 

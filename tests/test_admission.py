@@ -216,3 +216,35 @@ def test_a_drained_restart_queues_new_sessions_instead_of_refusing_them(narrow: 
     assert waiting.response is not None and waiting.response.status_code == 200
     assert narrow.worker()["pid"] != old_pid
     assert_every_session_closed_once(narrow)
+
+
+def test_a_second_signal_stops_at_once(tiny_model: Path) -> None:
+    import signal
+
+    server = start_server("--model", str(tiny_model), "--shutdown-grace", "60")
+    stream = Background(server, chat(4000, stream=True))
+    wait_until(lambda: len(stream.lines) > 4)
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert server.process.wait(20) == 0
+    assert time.monotonic() - started < 10  # not the 60 s grace
+    stream.join()
+    assert stream.events()[-2]["error"]["code"] == "shutting_down"
+
+
+def test_per_model_limits_from_the_config_file(tiny_model: Path, tmp_path: Path) -> None:
+    config = tmp_path / "m.toml"
+    config.write_text(f'[[model]]\npath = "{tiny_model}"\nmax_tokens_limit = 16\nmax_active = 1\nmax_queued = 0\n')
+    server = start_server("--config", str(config))
+    try:
+        with server.http() as http:
+            too_many = http.post("/v1/chat/completions", json=chat(17))
+            assert too_many.status_code == 400 and "limit of 16" in too_many.json()["error"]["message"]
+            running = Background(server, chat(16, stream=True))
+            assert http.post("/v1/chat/completions", json=chat(16)).status_code in (200, 429)
+            running.join()
+        assert admission(server)["max_queued"] == 0 and admission(server)["max_active"] == 1
+    finally:
+        server.stop()

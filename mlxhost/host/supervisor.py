@@ -398,8 +398,9 @@ class Supervisor:
 
     def _worker_options(self) -> dict[str, Any]:
         options = {name: getattr(self.settings, name) for name in WORKER_OPTIONS}
-        if self.spec.max_batch is not None:
-            options["max_batch"] = self.spec.max_batch
+        for name in ("max_batch", "max_tokens_limit"):
+            if getattr(self.spec, name) is not None:
+                options[name] = getattr(self.spec, name)
         return options
 
     def _set_state(self, state: WorkerState) -> None:
