@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import enum
 import logging
+import math
 import shlex
 import signal
 import sys
@@ -122,6 +123,7 @@ class Supervisor:
         self._drain_on_stop = True
         self._closed = anyio.Event()
         self._respawns: list[float] = []
+        self._back_at = 0.0
 
     # -- for the pool and the proxy ------------------------------------------------------
 
@@ -131,10 +133,13 @@ class Supervisor:
             if self.state is WorkerState.READY:
                 return
             if self.state is WorkerState.RESTARTING:
+                # When it should be back: what is left of the backoff, plus its last load time.
+                eta = max(1.0, math.ceil(self._back_at - time.monotonic()))
                 raise WorkerUnavailable(
-                    f"the model '{self.id}' is restarting after its worker exited; try again shortly",
+                    f"the model '{self.id}' is restarting after its worker exited; try again in "
+                    f"about {eta:.0f}s",
                     code="model_restarting",
-                    retry_after=max(1.0, self.settings.crash_backoff),
+                    retry_after=eta,
                 )
             if self.state is WorkerState.EXHAUSTED:
                 raise WorkerUnavailable(
@@ -252,6 +257,7 @@ class Supervisor:
                     self.id, len(self._respawns), self.settings.restart_limit, self.settings.restart_window,
                     f", waiting {delay:g}s: it keeps exiting early" if delay else "", exit.describe(),
                 )
+                self._back_at = time.monotonic() + delay + (self.ready_seconds or 1.0)
                 self._set_state(WorkerState.RESTARTING)
                 with anyio.move_on_after(delay):
                     await self._terminate.wait()  # a stop during the wait ends it
