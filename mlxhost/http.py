@@ -41,6 +41,10 @@ class Listener:
             self._sockets: Sockets = self.config.create_sockets()
         except OSError as exc:
             raise BindError(f"cannot listen on {', '.join(binds)}: {exc.strerror}") from None
+        # Listen now, not when Hypercorn gets to it: a client that connects as soon as we say
+        # "ready" waits in the backlog instead of being refused.
+        for sock in self._sockets.insecure_sockets:
+            sock.listen(self.config.backlog)
         self.addresses = [describe(s) for s in self._sockets.insecure_sockets]
 
     async def serve(self, app: ASGIApp, stop: anyio.Event) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "LaunchRecord",
     "MemoryReading",
     "ReadyLine",
+    "SessionProgress",
     "parse_line",
 ]
 
@@ -99,15 +100,28 @@ class MemoryReading:
         return EVENT_PREFIX + json.dumps({"type": "worker.memory", **asdict(self)})
 
 
-def parse_line(line: str) -> ReadyLine | MemoryReading | None:
+@dataclass(frozen=True)
+class SessionProgress:
+    session: str  # the host's session id
+    tokens: int
+    tokens_per_s: float
+
+    def encode(self) -> str:
+        return EVENT_PREFIX + json.dumps({"type": "session.progress", **asdict(self)})
+
+
+def parse_line(line: str) -> ReadyLine | MemoryReading | SessionProgress | None:
     """A protocol line from a worker's stdout, or None for a log line."""
     try:
         if line.startswith(READY_PREFIX):
             return ReadyLine(**json.loads(line[len(READY_PREFIX) :]))
         if line.startswith(EVENT_PREFIX):
             data = json.loads(line[len(EVENT_PREFIX) :])
-            if data.pop("type", None) == "worker.memory":
+            kind = data.pop("type", None)
+            if kind == "worker.memory":
                 return MemoryReading(**data)
+            if kind == "session.progress":
+                return SessionProgress(**data)
     except (ValueError, TypeError):
         pass
     return None

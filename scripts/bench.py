@@ -120,6 +120,24 @@ RECOVERY_SLACK_S = 1.0  # target: recovery_s <= worker_ready_s + this
 PARENT_RSS_TARGET_MB = 80.0
 MB = 1 << 20
 
+SESSION_HEADER = "x-mlxhost-session"
+# Cancellation: a long greedy stream, closed once this many content frames came.
+CANCEL_MAX_TOKENS = {"tiny": 3000, "bench": 1000}  # "custom" (--model): the tiny figure
+CANCEL_AFTER_FRAMES = 20
+CANCEL_POLL_S = 0.002  # the worker's /health, from the close until the engine is idle
+CANCEL_DEADLINE_S = 10.0
+CANCEL_STEPS_TARGET = 1  # the sequence leaves the batch within one decode step of the cancel
+# Overload: a server admitting 4 sessions and queueing 4; 4 long admitted streams, and meanwhile
+# 8 more requests kept in flight, refilled every OVERLOAD_REFILL_S.
+OVERLOAD_MAX_ACTIVE = 4
+OVERLOAD_MAX_QUEUED = 4
+OVERLOAD_EXTRA = 8
+OVERLOAD_REFILL_S = 0.02
+OVERLOAD_TOKENS_FACTOR = 4  # the admitted streams' max_tokens: this many times --max-tokens
+OVERLOAD_MIN_ROUNDS = 3  # rounds (one unloaded and one overloaded run each), even with --quick
+REJECT_P99_TARGET_MS = 5.0
+ADMITTED_RATIO_TARGET = 0.95
+
 DEFAULT_MAX_TOKENS = {"tiny": 256, "bench": 64}
 QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
 # The first prompt whose greedy reply suits every path is used: it must run to max_tokens without
@@ -626,6 +644,328 @@ async def engine_statistics(url: str | None = None, uds: str | None = None) -> A
         return None
 
 
+# -- cancellation and overload (isolated server) ---------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100), linear between the closest ranks; nan when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def chat_body(prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": stream,
+    }
+    return body
+
+
+@dataclass(frozen=True)
+class CancelRun:
+    """One streaming request closed mid-stream, timed from the close."""
+
+    session: str | None  # the x-mlxhost-session header
+    frames: int  # content frames read before the close
+    cancel_ms: float  # close to the first worker /health showing the engine cancelled and idle
+    polls: int  # worker /health reads in cancel_ms
+    lag_steps: int | None  # the engine's last_cancel_lag_steps: cancel reaching it to removal
+    steps_after_close: int | None  # engine steps from just before the close to that reading
+    generated_tokens: int  # by the engine for this request, to the removal
+    outcome: dict[str, Any] | None  # the parent's record of the session
+
+
+async def cancel_once(
+    client: httpx.AsyncClient, worker_socket: str, prompt: str, max_tokens: int
+) -> CancelRun:
+    """Read a long greedy stream until CANCEL_AFTER_FRAMES content frames came, close the
+    connection (t0), and poll the worker's /health until the engine counted the cancel and holds
+    no sequence (t1)."""
+    transport = httpx.AsyncHTTPTransport(uds=worker_socket)
+    async with httpx.AsyncClient(
+        base_url="http://worker", transport=transport, timeout=5.0
+    ) as worker:
+
+        async def engine() -> dict[str, Any]:
+            return dict((await worker.get("/health")).json()["engine"])
+
+        before = await engine()
+        if before["active"] or before["waiting"]:
+            raise RuntimeError(f"the worker is not idle before the cancel run: {before}")
+        body = chat_body(prompt, max_tokens, stream=True)
+        frames = 0
+        # A client of its own: leaving the response unread closes its connection, not a pooled
+        # one that another request would reuse.
+        async with httpx.AsyncClient(base_url=client.base_url, timeout=30.0) as own:
+            async with own.stream("POST", "/v1/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
+                session = response.headers.get(SESSION_HEADER)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[len("data:") :].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        raise RuntimeError(f"the stream failed: {chunk['error']}")
+                    if any(c["delta"].get("content") for c in chunk.get("choices", [])):
+                        frames += 1
+                        if frames >= CANCEL_AFTER_FRAMES:
+                            break
+                if frames < CANCEL_AFTER_FRAMES:
+                    raise RuntimeError(
+                        f"the stream ended after {frames} content frames, before the close"
+                    )
+                steps_before = (await engine())["steps"]
+                closed = time.perf_counter()
+            # Leaving the block closed the response, and with it the connection, mid-stream.
+        polls = 0
+        while True:
+            stats = await engine()
+            polls += 1
+            now = time.perf_counter()
+            if stats["cancelled"] > before["cancelled"] and stats["active"] == 0:
+                break
+            if stats["completed"] > before["completed"]:
+                raise RuntimeError(f"the request completed instead of being cancelled: {stats}")
+            if now - closed > CANCEL_DEADLINE_S:
+                raise RuntimeError(f"no cancel within {CANCEL_DEADLINE_S:g}s of the close: {stats}")
+            await asyncio.sleep(CANCEL_POLL_S)
+
+    # The parent's record: the session closes once the relay has unwound.
+    outcome = None
+    deadline = time.perf_counter() + 2.0
+    while session is not None and outcome is None and time.perf_counter() < deadline:
+        listing = (await client.get("/admin/sessions")).json()
+        outcome = next((s["outcome"] for s in listing["recent"] if s["id"] == session), None)
+        if outcome is None:
+            await asyncio.sleep(0.02)
+    return CancelRun(
+        session=session,
+        frames=frames,
+        cancel_ms=(now - closed) * 1e3,
+        polls=polls,
+        lag_steps=stats.get("last_cancel_lag_steps"),
+        steps_after_close=stats["steps"] - steps_before,
+        generated_tokens=stats["generated_tokens"] - before["generated_tokens"],
+        outcome=outcome,
+    )
+
+
+def describe_cancel(run: CancelRun) -> str:
+    outcome = run.outcome or {}
+    return (
+        f"cancel {run.cancel_ms:.1f} ms ({run.polls} polls), engine lag {run.lag_steps} step(s), "
+        f"{run.steps_after_close} engine steps after the close, {run.generated_tokens} tokens "
+        f"generated; parent outcome {outcome.get('kind')} ({outcome.get('reason')})"
+    )
+
+
+@dataclass(frozen=True)
+class OverloadRun:
+    """OVERLOAD_MAX_ACTIVE admitted streams, with or without extra requests alongside."""
+
+    overloaded: bool
+    admitted: BatchRun
+    reject_ms: list[float]  # each 429: request start to the response
+    extra: dict[str, int]  # the extra requests by how they ended
+    extra_s: float  # how long extra requests were fired
+    rejected_by_parent: int  # the parent's admission.rejected, the change over the run
+    problems: list[str]  # 429s that lack what the server promises
+
+    @property
+    def rejects_per_s(self) -> float:
+        return len(self.reject_ms) / self.extra_s if self.extra_s > 0 else float("nan")
+
+
+async def admission_of(client: httpx.AsyncClient) -> dict[str, Any]:
+    """The parent's admission statistics of its (only) model."""
+    admission = (await client.get("/health")).json().get("admission") or {}
+    if len(admission) > 1:
+        raise RuntimeError(f"expected one model in /health admission, got: {admission}")
+    return dict(next(iter(admission.values()), {"active": 0, "queued": 0, "rejected": 0}))
+
+
+async def wait_admission(
+    client: httpx.AsyncClient, done: Any, timeout: float = 30.0, poll_s: float = 0.005
+) -> dict[str, Any]:
+    deadline = time.perf_counter() + timeout
+    while True:
+        stats = await admission_of(client)
+        if done(stats):
+            return stats
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"the admission statistics never got there: {stats}")
+        await asyncio.sleep(poll_s)
+
+
+async def extra_request(
+    client: httpx.AsyncClient,
+    body: dict[str, Any],
+    reject_ms: list[float],
+    extra: collections.Counter[str],
+    problems: list[str],
+) -> None:
+    """One request beyond capacity: a 429 is timed and checked; one that was queued instead and
+    later admitted (max_tokens 1) is read to its end."""
+    began = time.perf_counter()
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            answered = time.perf_counter()
+            content = await response.aread()
+    except asyncio.CancelledError:
+        extra["closed unanswered (queued)"] += 1
+        raise
+    except httpx.TransportError as exc:
+        extra[type(exc).__name__] += 1
+        return
+    extra[str(response.status_code)] += 1
+    if response.status_code != 429:
+        return
+    reject_ms.append((answered - began) * 1e3)
+    try:
+        error = json.loads(content).get("error") or {}
+    except ValueError:
+        error = {}
+    missing = [
+        what
+        for what, ok in (
+            ("Retry-After", "retry-after" in response.headers),
+            (SESSION_HEADER, SESSION_HEADER in response.headers),
+            ("type resource_admission", error.get("type") == "resource_admission"),
+            ("code queue_full", error.get("code") == "queue_full"),
+        )
+        if not ok
+    ]
+    if missing and len(problems) < 10:
+        problems.append(f"a 429 without {', '.join(missing)}: {content[:200]!r}")
+
+
+async def overload_once(
+    client: httpx.AsyncClient, prompt: str, max_tokens: int, overloaded: bool
+) -> OverloadRun:
+    """OVERLOAD_MAX_ACTIVE streams of `max_tokens`, all admitted at once; with `overloaded`, from
+    the moment they are all running until the first of them ends, OVERLOAD_EXTRA more requests
+    in flight (refilled every OVERLOAD_REFILL_S): OVERLOAD_MAX_QUEUED of them wait in the queue,
+    the rest get 429 at once. When the first admitted stream ends the queued ones are closed
+    (their sessions leave the queue); they ask for max_tokens 1, so one admitted in between costs
+    the admitted streams one short prefill."""
+    idle = await wait_admission(client, lambda s: s["active"] == 0 and s["queued"] == 0)
+    bench = HTTPBench(client, prompt, max_tokens)
+    first_done = asyncio.Event()
+
+    async def admitted() -> StreamRun:
+        try:
+            return await bench.stream()
+        finally:
+            first_done.set()
+
+    start = time.perf_counter()
+    streams = [asyncio.create_task(admitted()) for _ in range(OVERLOAD_MAX_ACTIVE)]
+    reject_ms: list[float] = []
+    extra: collections.Counter[str] = collections.Counter()
+    problems: list[str] = []
+    extra_s = 0.0
+    try:
+        # Both kinds of run poll the parent alike, until all the streams are running.
+        await wait_admission(
+            client, lambda s: s["active"] >= OVERLOAD_MAX_ACTIVE or first_done.is_set()
+        )
+        if overloaded:
+            body = chat_body(prompt, 1, stream=False)
+            in_flight: set[asyncio.Task[None]] = set()
+            fired = time.perf_counter()
+            while not first_done.is_set():
+                while len(in_flight) < OVERLOAD_EXTRA:
+                    task = asyncio.create_task(
+                        extra_request(client, body, reject_ms, extra, problems)
+                    )
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(first_done.wait(), OVERLOAD_REFILL_S)
+            extra_s = time.perf_counter() - fired
+            left = list(in_flight)
+            for task in left:
+                task.cancel()  # closes the connection: the parent drops the queued session
+            await asyncio.gather(*left, return_exceptions=True)
+        runs = await asyncio.gather(*streams)
+    finally:
+        for task in streams:
+            task.cancel()
+    wall = time.perf_counter() - start
+    after = await wait_admission(client, lambda s: s["active"] == 0 and s["queued"] == 0)
+    return OverloadRun(
+        overloaded=overloaded,
+        admitted=BatchRun([run.tokens for run in runs], wall),
+        reject_ms=reject_ms,
+        extra=dict(extra),
+        extra_s=extra_s,
+        rejected_by_parent=after["rejected"] - idle["rejected"],
+        problems=problems,
+    )
+
+
+def describe_overload(run: OverloadRun) -> str:
+    text = f"admitted {describe_batch(run.admitted)}"
+    if run.overloaded:
+        text += (
+            f"; {len(run.reject_ms)} 429s in {run.extra_s:.2f} s "
+            f"(p50 {percentile(run.reject_ms, 50):.2f} ms, p99 {percentile(run.reject_ms, 99):.2f} "
+            f"ms), extra requests {run.extra}, parent counted {run.rejected_by_parent} rejected"
+        )
+    return text
+
+
+async def measure_overload(plan: Plan, prompt: str) -> list[OverloadRun]:
+    """A separate isolated server with --max-active 4 --max-queued 4 (see OVERLOAD_*)."""
+    max_tokens = plan.max_tokens * OVERLOAD_TOKENS_FACTOR
+    rounds = max(plan.repeats, OVERLOAD_MIN_ROUNDS)
+    progress("overload: starting an isolated server with " + " ".join(overload_options()))
+    with running_server("overload", plan.model_path, plan.max_batch, overload_options()) as server:
+        await asyncio.to_thread(server.wait_ready)
+        connections = OVERLOAD_MAX_ACTIVE + OVERLOAD_EXTRA + 4
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=httpx.Timeout(REQUEST_TIMEOUT_S), limits=limits
+        ) as client:
+            # Warm-up: a stream, then one burst past capacity (4 run, 4 wait, the rest get 429),
+            # which also opens the pooled connections.
+            bench = HTTPBench(client, prompt, plan.max_tokens)
+            await bench.stream()
+            burst = chat_body(prompt, 1, stream=False)
+            await asyncio.gather(
+                *(
+                    client.post("/v1/chat/completions", json=burst)
+                    for _ in range(OVERLOAD_MAX_ACTIVE + OVERLOAD_EXTRA)
+                )
+            )
+            runs: list[OverloadRun] = []
+            for number in range(rounds):
+                # Alternate which kind goes first, so a drifting machine favours neither.
+                kinds = (False, True) if number % 2 == 0 else (True, False)
+                for overloaded in kinds:
+                    run = await overload_once(client, prompt, max_tokens, overloaded)
+                    runs.append(run)
+                    kind = "overloaded" if overloaded else "unloaded"
+                    progress(f"  overload {number + 1}/{rounds} {kind}: {describe_overload(run)}")
+    return runs
+
+
+def overload_options() -> list[str]:
+    return ["--max-active", str(OVERLOAD_MAX_ACTIVE), "--max-queued", str(OVERLOAD_MAX_QUEUED)]
+
+
 # -- the run -------------------------------------------------------------------------------------
 
 
@@ -819,11 +1159,21 @@ async def measure(
             "isolated": await engine_statistics(uds=worker.get("socket")),
         }
 
+        # Cancellation, on the isolated server's first worker (before any kill).
+        cancel_tokens = CANCEL_MAX_TOKENS.get(plan.size, CANCEL_MAX_TOKENS["tiny"])
+        cancels: list[CancelRun] = []
+        for repeat in range(plan.repeats):
+            cancel = await cancel_once(isolated, worker["socket"], prompt, cancel_tokens)
+            cancels.append(cancel)
+            progress(f"  cancel {repeat + 1}/{plan.repeats}: {describe_cancel(cancel)}")
+
         recoveries: list[Recovery] = []
         for repeat in range(plan.repeats):
             run = await recover_once(servers["isolated"], isolated, prompt)
             recoveries.append(run)
             progress(f"  recovery {repeat + 1}/{plan.repeats}: {describe_recovery(run)}")
+
+    overloads = await measure_overload(plan, prompt)
     imports_s = worker_import_s()
     return {
         "results": results,
@@ -831,6 +1181,9 @@ async def measure(
         "server_engines": engines,
         "memory": memory,
         "recoveries": recoveries,
+        "cancels": cancels,
+        "cancel_max_tokens": cancel_tokens,
+        "overloads": overloads,
         "worker_import_s": imports_s,
         "in_process_load_s": servers["in_process"].load_s,
     }
@@ -941,6 +1294,78 @@ def recovery_summary(runs: list[Recovery]) -> dict[str, Any]:
     }
 
 
+def cancel_summary(runs: list[CancelRun], ms_per_step: float, max_tokens: int) -> dict[str, Any]:
+    cancel_ms = [r.cancel_ms for r in runs]
+    lags = [r.lag_steps for r in runs if r.lag_steps is not None]
+    after = [r.steps_after_close for r in runs if r.steps_after_close is not None]
+    p50 = median(cancel_ms)
+    return {
+        "cancel_ms": {"p50": p50, "max": max(cancel_ms, default=float("nan"))},
+        "cancel_steps": {"p50": median(lags), "max": max(lags, default=None)},
+        "steps_after_close": {"p50": median(after), "max": max(after, default=None)},
+        # The isolated server's single-stream decode: one decode step per token.
+        "ms_per_step_c1": ms_per_step,
+        "cancel_ms_p50_in_steps": ratio(p50, ms_per_step),
+        "cancel_ms_max_in_steps": ratio(max(cancel_ms, default=float("nan")), ms_per_step),
+        "meets_target": bool(lags) and len(lags) == len(runs) and max(lags) <= CANCEL_STEPS_TARGET,
+        "outcomes": [r.outcome for r in runs],
+        "settings": {
+            "max_tokens": max_tokens,
+            "closed_after_frames": CANCEL_AFTER_FRAMES,
+            "poll_ms": CANCEL_POLL_S * 1e3,
+        },
+        "runs": [asdict(r) for r in runs],
+    }
+
+
+def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]:
+    unloaded = [r.admitted.total_tok_s for r in runs if not r.overloaded]
+    overloaded = [r.admitted.total_tok_s for r in runs if r.overloaded]
+    loaded_runs = [r for r in runs if r.overloaded]
+    rejects = [ms for r in loaded_runs for ms in r.reject_ms]
+    extra: collections.Counter[str] = collections.Counter()
+    for r in loaded_runs:
+        extra.update(r.extra)
+    admitted_ratio = ratio(median(overloaded), median(unloaded))
+    p99 = percentile(rejects, 99)
+    # Round by round: each round has one run of each kind, next to each other.
+    pairs = list(zip(unloaded, overloaded, strict=False))
+    return {
+        "reject_ms": {
+            "p50": percentile(rejects, 50),
+            "p99": p99,
+            "max": max(rejects, default=float("nan")),
+            "count": len(rejects),
+        },
+        "admitted_vs_unloaded": admitted_ratio,
+        "admitted_vs_unloaded_by_round": [ratio(o, u) for u, o in pairs],
+        "admitted_tok_s": {"unloaded": median(unloaded), "overloaded": median(overloaded)},
+        "rejects_per_s": median([r.rejects_per_s for r in loaded_runs]),
+        "extra_requests": dict(extra),
+        "rejected_by_parent": sum(r.rejected_by_parent for r in loaded_runs),
+        "problems": [problem for r in runs for problem in r.problems],
+        "reject_ok": None if not rejects else p99 < REJECT_P99_TARGET_MS,
+        "admitted_ok": admitted_ratio >= ADMITTED_RATIO_TARGET,
+        "settings": {
+            "server_options": overload_options(),
+            "admitted_streams": OVERLOAD_MAX_ACTIVE,
+            "admitted_max_tokens": max_tokens,
+            "extra_in_flight": OVERLOAD_EXTRA,
+            "extra_max_tokens": 1,
+            "refill_ms": OVERLOAD_REFILL_S * 1e3,
+            "rounds": len(pairs),
+        },
+        "runs": [
+            {
+                **asdict(r),
+                "admitted_tok_s": r.admitted.total_tok_s,
+                "rejects_per_s": r.rejects_per_s,
+            }
+            for r in runs
+        ],
+    }
+
+
 def print_report(
     plan: Plan,
     info: dict[str, Any],
@@ -948,6 +1373,8 @@ def print_report(
     memory: dict[str, float | None],
     recovery: dict[str, Any],
     startup: dict[str, float | None],
+    cancel: dict[str, Any],
+    overload: dict[str, Any],
 ) -> None:
     machine, model, version = info["machine"], info["model"], info["versions"]
     print(
@@ -1054,6 +1481,82 @@ def print_report(
             f"{RECOVERY_SLACK_S:g} s: {verdict}"
         )
 
+    print_cancel(cancel)
+    print_overload(overload)
+
+
+def print_cancel(cancel: dict[str, Any]) -> None:
+    def number(value: float | None, digits: int = 1) -> str:
+        return "?" if value is None or value != value else f"{value:.{digits}f}"
+
+    settings = cancel["settings"]
+    print()
+    print(
+        f"cancellation (isolated: a greedy stream of max_tokens {settings['max_tokens']} closed "
+        f"after {settings['closed_after_frames']} content frames; {len(cancel['runs'])} run(s), "
+        "medians and max):"
+    )
+    ms, steps, after = cancel["cancel_ms"], cancel["cancel_steps"], cancel["steps_after_close"]
+    per_step = cancel["ms_per_step_c1"]
+    print(
+        f"  cancel_ms p50 {number(ms['p50'])} ms, max {number(ms['max'])} ms: from the close to "
+        f"the worker's /health showing the cancel and no active sequence (polled every "
+        f"{settings['poll_ms']:g} ms: an upper bound)"
+    )
+    print(
+        f"  per decode step at c1 {number(per_step, 2)} ms (the isolated single-stream decode): "
+        f"cancel_ms p50 = {number(cancel['cancel_ms_p50_in_steps'])} steps, max = "
+        f"{number(cancel['cancel_ms_max_in_steps'])} steps; engine steps from just before the "
+        f"close to then: p50 {number(after['p50'], 0)}, max {after['max']}"
+    )
+    verdict = "pass" if cancel["meets_target"] else "FAIL"
+    print(
+        f"  cancel_steps (engine: the cancel reaching it to the sequence leaving the batch) p50 "
+        f"{number(steps['p50'], 0)}, max {steps['max']}: target <= {CANCEL_STEPS_TARGET} step: "
+        f"{verdict}"
+    )
+    outcomes = collections.Counter(
+        "?" if not o else f"{o.get('kind')} ({o.get('reason') or o.get('code') or o.get('finish_reason')})"
+        for o in cancel["outcomes"]
+    )
+    print(f"  the parent's session outcomes: {', '.join(f'{k} x{v}' for k, v in outcomes.items())}")
+
+
+def print_overload(overload: dict[str, Any]) -> None:
+    settings = overload["settings"]
+    reject, tok_s = overload["reject_ms"], overload["admitted_tok_s"]
+    print()
+    print(
+        f"overload (a separate isolated server with {' '.join(settings['server_options'])}; "
+        f"{settings['rounds']} round(s) of one unloaded and one overloaded run, medians):"
+    )
+    print(
+        f"  {settings['admitted_streams']} admitted streams of max_tokens "
+        f"{settings['admitted_max_tokens']}; overloaded: meanwhile {settings['extra_in_flight']} "
+        f"more requests (max_tokens 1) kept in flight, refilled every {settings['refill_ms']:g} "
+        f"ms, until the first admitted stream ends, then the queued ones closed"
+    )
+    verdict = "pass" if overload["admitted_ok"] else "FAIL"
+    by_round = ", ".join(f"{r:.3f}" for r in overload["admitted_vs_unloaded_by_round"])
+    print(
+        f"  admitted total tok/s: unloaded {tok_s['unloaded']:.1f}, overloaded "
+        f"{tok_s['overloaded']:.1f}: admitted_vs_unloaded {overload['admitted_vs_unloaded']:.3f} "
+        f"(by round {by_round}): target >= {ADMITTED_RATIO_TARGET:g}: {verdict}"
+    )
+    verdict = "?" if overload["reject_ok"] is None else ("pass" if overload["reject_ok"] else "FAIL")
+    print(
+        f"  429 latency (request start to the response, client side): p50 {reject['p50']:.2f} ms, "
+        f"p99 {reject['p99']:.2f} ms, max {reject['max']:.2f} ms over {reject['count']} "
+        f"(~{overload['rejects_per_s']:.0f}/s): target p99 < {REJECT_P99_TARGET_MS:g} ms: {verdict}"
+    )
+    extra = " ".join(f"{k}:{v}" for k, v in sorted(overload["extra_requests"].items()))
+    print(
+        f"  extra requests: {extra}; the parent counted {overload['rejected_by_parent']} "
+        "rejected"
+    )
+    for problem in overload["problems"]:
+        print(f"  problem: {problem}")
+
 
 def print_table(
     header: Sequence[str], lines: Sequence[Sequence[str]], aligns: Sequence[str], indent: str = ""
@@ -1089,6 +1592,8 @@ def json_document(
     measured: dict[str, Any],
     recovery: dict[str, Any],
     startup: dict[str, float | None],
+    cancel: dict[str, Any],
+    overload: dict[str, Any],
 ) -> dict[str, Any]:
     isolated_vs_raw = path_ratios(summaries, "isolated", "raw")
     ttft = {path: summaries[path].get("c1", {}).get("ttft_ms_p50") for path in PATHS}
@@ -1102,7 +1607,10 @@ def json_document(
             "temperature": 0.0,
             "max_batch": plan.max_batch,
             "prefill_batch": PREFILL_BATCH,
-            "server_options": {name: server_options(name, plan) for name in SERVED},
+            "server_options": {
+                **{name: server_options(name, plan) for name in SERVED},
+                "overload": overload_options(),
+            },
         },
         "results": summaries,
         "ratios": {
@@ -1116,6 +1624,10 @@ def json_document(
         "recovery_s": recovery["recovery_s"],
         "worker_ready_s": recovery["worker_ready_s"],
         "recovery": {**recovery, "startup": startup},
+        "cancel_ms": cancel["cancel_ms"],
+        "cancel_steps": cancel["cancel_steps"],
+        "cancel": cancel,
+        "overload": overload,
         "targets": {
             "parent_rss_mb_max": PARENT_RSS_TARGET_MB,
             "parent_rss_ok": None
@@ -1129,6 +1641,12 @@ def json_document(
             "recovery_ok_vs_model_load": None
             if startup["in_process_load_s"] is None
             else recovery["recovery_s"] <= startup["in_process_load_s"] + RECOVERY_SLACK_S,
+            "cancel_steps_max": CANCEL_STEPS_TARGET,
+            "cancel_ok": cancel["meets_target"],
+            "reject_ms_p99_below": REJECT_P99_TARGET_MS,
+            "reject_ok": overload["reject_ok"],
+            "admitted_vs_unloaded_min": ADMITTED_RATIO_TARGET,
+            "admitted_ok": overload["admitted_ok"],
         },
         "server_engine_statistics": measured["server_engines"],
         "prompt_tokens_served": measured["prompt_tokens"],
@@ -1173,10 +1691,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "in_process_load_s": measured["in_process_load_s"],
         "worker_import_s": measured["worker_import_s"],
     }
-    print_report(plan, info, table_rows(summaries), measured["memory"], recovery, startup)
+    isolated_c1 = summaries["isolated"].get("c1", {}).get("decode_tok_s", float("nan"))
+    cancel = cancel_summary(measured["cancels"], ratio(1e3, isolated_c1), measured["cancel_max_tokens"])
+    overload = overload_summary(measured["overloads"], plan.max_tokens * OVERLOAD_TOKENS_FACTOR)
+    print_report(
+        plan, info, table_rows(summaries), measured["memory"], recovery, startup, cancel, overload
+    )
 
     if plan.json_path is not None:
-        document = json_document(plan, info, summaries, measured, recovery, startup)
+        document = json_document(
+            plan, info, summaries, measured, recovery, startup, cancel, overload
+        )
         plan.json_path.parent.mkdir(parents=True, exist_ok=True)
         plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
         progress(f"wrote {plan.json_path}")

@@ -32,6 +32,7 @@ from .schemas import ChatCompletionRequest, CompletionRequest, parse_body
 __all__ = ["Serving", "chat_completions", "completions", "shutting_down"]
 
 Format = ChatFormat | CompletionFormat
+SESSION_HEADER = "x-mlxhost-session"  # set by the host: this request's session there
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, but the access log does
 
 
@@ -145,27 +146,31 @@ async def _respond(
 ) -> Response:
     if stream:
         return StreamingResponse(
-            _stream(service, generation, fmt),
+            _stream(service, generation, fmt, request.headers.get(SESSION_HEADER)),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
-    return await _whole(request, service, generation, fmt)
+    return await _whole(request, service, generation, fmt, request.headers.get(SESSION_HEADER))
 
 
-async def _stream(service: Serving, generation: GenerationRequest, fmt: Format) -> AsyncIterator[bytes]:
+async def _stream(
+    service: Serving, generation: GenerationRequest, fmt: Format, tag: str | None
+) -> AsyncIterator[bytes]:
     try:
-        async for frame in _frames(service, generation, fmt):
+        async for frame in _frames(service, generation, fmt, tag):
             yield frame
     except EngineStopped:
         yield sse(shutting_down().body())
         yield DONE
 
 
-async def _frames(service: Serving, generation: GenerationRequest, fmt: Format) -> AsyncIterator[bytes]:
+async def _frames(
+    service: Serving, generation: GenerationRequest, fmt: Format, tag: str | None
+) -> AsyncIterator[bytes]:
     settings = service.settings
     ended = object()
     last_frame = float("-inf")
-    async with service.engine.generate(generation) as session:
+    async with service.engine.generate(generation, tag) as session:
         first = fmt.first_chunk()
         if first is not None:
             yield sse(first)
@@ -213,12 +218,12 @@ async def _merge_for(session: GenerationSession, delta: Delta, seconds: float) -
 
 
 async def _whole(
-    request: Request, service: Serving, generation: GenerationRequest, fmt: Format
+    request: Request, service: Serving, generation: GenerationRequest, fmt: Format, tag: str | None
 ) -> Response:
     text: list[str] = []
     logprobs: list[TokenLogprob] | None = [] if generation.logprobs is not None else None
     final: Delta | None = None
-    async with service.engine.generate(generation) as session:
+    async with service.engine.generate(generation, tag) as session:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_disconnect, request, tg.cancel_scope)
             async for delta in session:

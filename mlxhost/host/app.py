@@ -21,6 +21,7 @@ from ..api.errors import EXCEPTION_HANDLERS, NotFound, ServiceUnavailable
 from ..api.openapi import openapi_document
 from ..config import ModelSpec, Settings
 from .admission import Admission
+from .events import EventHub
 from .pool import ModelPool, UnknownModel
 from .relay import SessionResponse
 from .sessions import CancelReason, SessionRegistry
@@ -35,6 +36,7 @@ class Host:
     settings: Settings
     started: int = field(default_factory=lambda: int(time.time()))
     sessions: SessionRegistry = field(default_factory=SessionRegistry)
+    events: EventHub = field(default_factory=EventHub)
     admissions: dict[str, Admission] = field(default_factory=dict)
     accepting: bool = True
 
@@ -53,7 +55,9 @@ def host(request: Request) -> Host:
     return request.app.state.host  # type: ignore[no-any-return]
 
 
-def create_host_app(pool: ModelPool, settings: Settings) -> Starlette:
+def create_host_app(
+    pool: ModelPool, settings: Settings, sessions: SessionRegistry | None = None
+) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", generate, methods=["POST"]),
@@ -68,7 +72,8 @@ def create_host_app(pool: ModelPool, settings: Settings) -> Starlette:
         ],
         exception_handlers=EXCEPTION_HANDLERS,
     )
-    app.state.host = Host(pool, settings)
+    sessions = sessions or SessionRegistry(pool.events)
+    app.state.host = Host(pool, settings, sessions=sessions, events=sessions.events)
     return app
 
 

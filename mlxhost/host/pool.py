@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ import anyio
 import anyio.abc
 
 from ..config import ModelSpec, Settings
+from ..protocol import SessionProgress
+from .events import EventHub
 from .supervisor import Supervisor, WorkerState, WorkerUnavailable
 
 __all__ = ["ModelPool", "UnknownModel"]
@@ -42,7 +44,11 @@ class ModelPool:
         paths: dict[str, Path],
         runtime_dir: Path,
         task_group: anyio.abc.TaskGroup,
+        events: EventHub | None = None,
+        on_progress: Callable[[SessionProgress], None] | None = None,
     ) -> None:
+        self.events = events or EventHub()
+        self._on_progress = on_progress
         self.settings = settings
         self.specs = specs
         self.default = specs[0]
@@ -58,10 +64,16 @@ class ModelPool:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, settings: Settings, specs: tuple[ModelSpec, ...], paths: dict[str, Path], runtime_dir: Path
+        cls,
+        settings: Settings,
+        specs: tuple[ModelSpec, ...],
+        paths: dict[str, Path],
+        runtime_dir: Path,
+        events: EventHub | None = None,
+        on_progress: Callable[[SessionProgress], None] | None = None,
     ) -> AsyncIterator[ModelPool]:
         async with anyio.create_task_group() as tg:
-            pool = cls(settings, specs, paths, runtime_dir, tg)
+            pool = cls(settings, specs, paths, runtime_dir, tg, events, on_progress)
             tg.start_soon(pool._unload_idle)
             try:
                 yield pool
@@ -112,6 +124,8 @@ class ModelPool:
                         self._paths[spec.id],
                         self.settings,
                         self._runtime_dir / f"w{next(self._socket_ids)}.sock",
+                        self.events,
+                        self._on_progress,
                     )
                     self._resident[spec.id] = supervisor
                     await self._tg.start(self._supervise, supervisor)
@@ -180,6 +194,9 @@ class ModelPool:
                 victim.id, spec.id, "max_resident" if count_over else "memory_budget",
             )
             self.evictions += 1
+            self.events.publish(
+                "model.evicted", model=victim.id, reason="max_resident" if count_over else "memory_budget"
+            )
             await victim.stop(drain=True)
             self._resident.pop(victim.id, None)
 
@@ -205,5 +222,6 @@ class ModelPool:
                 ttl = self.settings.idle_ttl if ttl is None else ttl
                 if ttl and supervisor.in_flight == 0 and now - supervisor.last_used > ttl:
                     logger.info("unloading %s: unused for %gs", supervisor.id, ttl)
+                    self.events.publish("model.evicted", model=supervisor.id, reason="idle_ttl")
                     self._resident.pop(supervisor.id, None)
                     self._tg.start_soon(supervisor.stop, True)

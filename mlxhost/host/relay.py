@@ -147,6 +147,9 @@ class SessionResponse:
                     return await self._relay(session, client, supervisor, pid)
         except QueueFull:
             stats = self.admission.statistics()
+            self.sessions.events.publish(
+                "admission.rejected", session=session.id, model=self.spec.id, active=stats.active, queued=stats.queued
+            )
             refusal = Refused(
                 f"the model '{self.spec.id}' is at capacity ({stats.active} running, "
                 f"{stats.queued} waiting); try again shortly",
@@ -161,7 +164,8 @@ class SessionResponse:
                 f"the model '{self.spec.id}' is restarting", code="model_restarting", headers={"retry-after": "1"}
             )
             return await client.error(error)
-        request = http.build_request("POST", self.path, headers=self.headers, content=self.body)
+        headers = {**self.headers, SESSION_HEADER: session.id}
+        request = http.build_request("POST", self.path, headers=headers, content=self.body)
         try:
             upstream = await http.send(request, stream=True)
         except httpx.ConnectError:

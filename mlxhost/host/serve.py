@@ -20,7 +20,8 @@ from ..http import BindError, Listener, serve_in
 from ..shutdown import Shutdown
 from .app import Host, create_host_app
 from .pool import ModelPool
-from .sessions import CancelReason
+from .events import EventHub
+from .sessions import CancelReason, SessionRegistry
 
 __all__ = ["make_runtime_dir", "serve_host"]
 
@@ -51,8 +52,13 @@ async def serve_host(settings: Settings) -> None:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(shutdown.watch_signals)
-            async with ModelPool.open(settings, specs, paths, runtime_dir) as pool:
-                app = create_host_app(pool, settings)
+            events = EventHub()
+            sessions = SessionRegistry(events)
+            async with ModelPool.open(
+                settings, specs, paths, runtime_dir, events, sessions.progress
+            ) as pool:
+                app = create_host_app(pool, settings, sessions)
+                events.publish("host.started", pid=os.getpid(), models=[s.id for s in specs])
                 async with anyio.create_task_group() as preloading:
                     # A signal during a slow first load stops waiting for it.
                     preloading.start_soon(_cancel_on, shutdown.requested, preloading.cancel_scope)
@@ -85,6 +91,7 @@ async def _drain_on_shutdown(host: Host, pool: ModelPool, shutdown: Shutdown, st
         "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
     )
     host.accepting = False
+    host.events.publish("host.stopping", reason=shutdown.reason, grace_s=grace)
     await shutdown.wait_grace(grace, host.sessions.wait_empty)
     # Cancelled sessions end their streams with an error chunk saying why: let them write it
     # before Hypercorn closes the connections.

@@ -21,6 +21,9 @@ from typing import Any
 
 import anyio
 
+from ..protocol import SessionProgress
+from .events import EventHub
+
 __all__ = ["CancelReason", "Outcome", "Session", "SessionRegistry", "SessionState"]
 
 logger = logging.getLogger("mlxhost.sessions")
@@ -83,6 +86,8 @@ class Session:
     outcome: Outcome | None = None
     cancel_reason: CancelReason | None = None
     closed_at: float | None = None
+    tokens: int = 0  # generated so far, as the worker reports
+    tokens_per_s: float = 0.0
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     def cancel(self, reason: CancelReason) -> bool:
@@ -106,12 +111,15 @@ class Session:
             "state": self.state.value,
             "opened_at": self.opened_at,
             "age_s": round((self.closed_at or time.time()) - self.opened_at, 3),
+            "tokens": self.tokens,
+            "tokens_per_s": self.tokens_per_s,
             "outcome": self.outcome.as_dict() if self.outcome else None,
         }
 
 
 class SessionRegistry:
-    def __init__(self) -> None:
+    def __init__(self, events: EventHub | None = None) -> None:
+        self.events = events or EventHub()
         self._live: dict[str, Session] = {}
         self._recent: collections.deque[Session] = collections.deque(maxlen=RECENT_KEPT)
         self.opened = 0
@@ -125,7 +133,24 @@ class SessionRegistry:
         self.opened += 1
         if self._empty.is_set():
             self._empty = anyio.Event()
+        self.events.publish("session.opened", session=session.id, model=model, stream=stream)
         return session
+
+    def progress(self, report: SessionProgress) -> None:
+        session = self._live.get(report.session)
+        if session is not None:
+            session.tokens = report.tokens
+            session.tokens_per_s = report.tokens_per_s
+            self.events.publish(
+                "session.progress",
+                session=session.id,
+                model=session.model,
+                tokens=report.tokens,
+                tokens_per_s=report.tokens_per_s,
+            )
+
+    def advance(self, session: Session, state: SessionState) -> None:
+        session.advance(state)
 
     def close(self, session: Session, outcome: Outcome) -> None:
         if session.state is SessionState.CLOSED:
@@ -140,6 +165,14 @@ class SessionRegistry:
         self.closed += 1
         if not self._live:
             self._empty.set()
+        self.events.publish(
+            "session.closed",
+            session=session.id,
+            model=session.model,
+            tokens=session.tokens,
+            age_ms=int((session.closed_at - session.opened_at) * 1000),
+            **outcome.as_dict(),
+        )
 
     def get(self, session_id: str) -> Session | None:
         return self._live.get(session_id)

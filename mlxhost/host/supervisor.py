@@ -18,7 +18,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,8 @@ import anyio.abc
 import httpx
 
 from ..config import ModelSpec, Settings
-from ..protocol import LaunchRecord, MemoryReading, ReadyLine, parse_line
+from ..protocol import LaunchRecord, MemoryReading, ReadyLine, SessionProgress, parse_line
+from .events import EventHub
 
 __all__ = ["Supervisor", "WorkerExit", "WorkerState", "WorkerUnavailable"]
 
@@ -95,8 +96,16 @@ class WorkerExit:
 
 class Supervisor:
     def __init__(
-        self, spec: ModelSpec, model_path: Path, settings: Settings, socket_path: Path
+        self,
+        spec: ModelSpec,
+        model_path: Path,
+        settings: Settings,
+        socket_path: Path,
+        events: EventHub | None = None,
+        on_progress: Callable[[SessionProgress], None] | None = None,
     ) -> None:
+        self.events = events or EventHub()
+        self._on_progress = on_progress
         self.spec = spec
         self.id = spec.id
         self.model_path = model_path
@@ -243,6 +252,7 @@ class Supervisor:
                         self.id, len(self._respawns) + 1, self.settings.restart_window, exit.describe(), self.id,
                     )
                     self._set_state(WorkerState.EXHAUSTED)
+                    self.events.publish("worker.exhausted", worker=self.id, last_exit=exit.as_dict())
                     self._resume = anyio.Event()
                     await self._resume.wait()
                     early_exits = 0
@@ -259,6 +269,13 @@ class Supervisor:
                 )
                 self._back_at = time.monotonic() + delay + (self.ready_seconds or 1.0)
                 self._set_state(WorkerState.RESTARTING)
+                self.events.publish(
+                    "worker.restarting",
+                    worker=self.id,
+                    attempt=len(self._respawns),
+                    max=self.settings.restart_limit,
+                    delay_ms=int(delay * 1000),
+                )
                 with anyio.move_on_after(delay):
                     await self._terminate.wait()  # a stop during the wait ends it
         finally:
@@ -279,6 +296,7 @@ class Supervisor:
         process = await anyio.open_process(self._command())
         self.pid = process.pid
         logger.info("worker %s: spawned pid %d for %s", self.id, process.pid, self.model_path)
+        self.events.publish("worker.spawned", worker=self.id, model=self.spec.id, pid=process.pid)
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
         ready = anyio.Event()
         exit_reason: str | None = None
@@ -328,6 +346,9 @@ class Supervisor:
             timeout=httpx.Timeout(None, connect=5.0),
         )
         logger.info("worker %s: ready (pid %d) in %.2fs", self.id, process.pid, self.ready_seconds)
+        self.events.publish(
+            "worker.ready", worker=self.id, pid=process.pid, ready_ms=int(self.ready_seconds * 1000)
+        )
         self._set_state(WorkerState.READY)
         await _first_of(process.wait, self._terminate.wait)
 
@@ -361,6 +382,7 @@ class Supervisor:
             reason = stderr_tail[-1]
         exit = WorkerExit(process.pid, code, signame, time.monotonic() - spawned, was_ready, reason)
         self.last_exit = exit
+        self.events.publish("worker.exited", worker=self.id, **exit.as_dict())
         planned = self._closing or self._planned_restart
         log = logger.info if planned else logger.error
         log(
@@ -381,6 +403,10 @@ class Supervisor:
                     ready.set()
                 elif isinstance(message, MemoryReading):
                     self.memory = message
+                    self.events.publish("worker.memory", worker=self.id, **message.__dict__)
+                elif isinstance(message, SessionProgress):
+                    if self._on_progress is not None:
+                        self._on_progress(message)
                 else:
                     log.info("%s", line)
         finally:

@@ -11,16 +11,29 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import psutil
 
 from ..config import ConfigError, Settings, settings_from_options
-from ..protocol import EXIT_BAD_LAUNCH, BadLaunchRecord, LaunchRecord, MemoryReading, ReadyLine
+from ..protocol import (
+    EXIT_BAD_LAUNCH,
+    BadLaunchRecord,
+    LaunchRecord,
+    MemoryReading,
+    ReadyLine,
+    SessionProgress,
+)
 from ..shutdown import Shutdown
 
+if TYPE_CHECKING:
+    from .engine import Engine
+
 MEMORY_INTERVAL = 1.0
+PROGRESS_INTERVAL = 0.25
 PARENT_GONE = "parent gone (stdin closed)"
 RSS_GRANULARITY = 1 << 20  # RSS wobbles by pages; report it when it moves by a MiB or more
 
@@ -60,6 +73,7 @@ async def _run(record: LaunchRecord, settings: Settings) -> None:
             tg.start_soon(shutdown.watch_signals)
             tg.start_soon(_watch_parent, shutdown)
             tg.start_soon(_report_memory, engine)
+            tg.start_soon(_report_progress, engine)
 
     await serve_model(
         settings,
@@ -111,6 +125,21 @@ async def _report_memory(engine: object) -> None:
             last = key
         with anyio.move_on_after(MEMORY_INTERVAL):
             await engine.wait_request_finished()
+
+
+async def _report_progress(engine: Engine) -> None:
+    """Tell the host how far each of its sessions got, a few times a second at most."""
+    reported: dict[int, int] = {}
+    while True:
+        await anyio.sleep(PROGRESS_INTERVAL)
+        now = time.monotonic()
+        live = {}
+        for session in engine.open_sessions():
+            live[session.id] = session.tokens
+            if session.tag and session.tokens != reported.get(session.id):
+                rate = session.tokens / max(now - session.created, 1e-3)
+                print(SessionProgress(session.tag, session.tokens, round(rate, 1)).encode(), flush=True)
+        reported = {k: v for k, v in live.items()}
 
 
 if __name__ == "__main__":

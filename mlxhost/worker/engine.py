@@ -173,10 +173,10 @@ class Engine:
     def vocab_size(self) -> int:
         return len(self._tokenizer)
 
-    def submit(self, request: GenerationRequest) -> GenerationSession:
+    def submit(self, request: GenerationRequest, tag: str | None = None) -> GenerationSession:
         if self._stopping:
             raise EngineStopped("the engine is shutting down")
-        session = GenerationSession(request, wake_engine=self._wake.set)
+        session = GenerationSession(request, wake_engine=self._wake.set, tag=tag)
         if not self._sessions:
             self._idle = anyio.Event()
         self._sessions.add(session)
@@ -186,14 +186,19 @@ class Engine:
         return session
 
     @asynccontextmanager
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationSession]:
+    async def generate(
+        self, request: GenerationRequest, tag: str | None = None
+    ) -> AsyncIterator[GenerationSession]:
         """A session whose generation stops as soon as the block is left, however it is left."""
-        session = self.submit(request)
+        session = self.submit(request, tag)
         try:
             yield session
         finally:
             session.cancel("client_disconnected", self._counters.steps)
             session.close()
+
+    def open_sessions(self) -> list[GenerationSession]:
+        return list(self._sessions)
 
     def cancel_all(self, reason: str) -> None:
         for session in list(self._sessions):

@@ -95,6 +95,8 @@ class GenerationSession:
     # The engine's step counter when cancel() was called, to measure how late the stop was.
     cancel_step: int | None = None
     finish: Delta | None = None
+    tag: str | None = None  # the host's session id, for progress events
+    tokens: int = 0  # generated so far
 
     def __post_init__(self) -> None:
         self._send: MemoryObjectSendStream[Delta]
@@ -115,6 +117,7 @@ class GenerationSession:
 
     def deliver(self, delta: Delta) -> None:
         """Called on the event loop with the engine's output; never blocks."""
+        self.tokens = delta.completion_tokens
         if delta.finish_reason is not None:
             self.finish = delta
         if self._pending is not None:
