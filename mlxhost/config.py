@@ -207,6 +207,10 @@ class Settings:
     idle_timeout: float = _option(
         30.0, _positive_number, "seconds a client may stop reading a stream before it is cancelled"
     )
+    admin_token: str | None = _option(
+        None, _optional_text, "token for the admin API on TCP (default: generated at start)"
+    )
+    api_key: str | None = _option(None, _optional_text, "if set, /v1 requests on TCP need it as a Bearer token")
     max_resident: int = _option(2, _integer(1), "most models loaded at once")
     memory_budget: int = _option(
         0, _integer(0), "bytes the loaded models may use together, from their readings (0: no budget)"

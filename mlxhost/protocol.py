@@ -32,6 +32,7 @@ PROTOCOL_VERSION = 1
 READY_PREFIX = "MLXHOST-READY "
 EVENT_PREFIX = "MLXHOST-EVENT "
 EXIT_BAD_LAUNCH = 2
+ADMIN_TOKEN_FILE = "admin-token"  # the parent's, beside the worker sockets in its runtime directory
 
 
 class BadLaunchRecord(Exception):
@@ -105,6 +106,7 @@ class SessionProgress:
     session: str  # the host's session id
     tokens: int
     tokens_per_s: float
+    prompt_tokens: int = 0
 
     def encode(self) -> str:
         return EVENT_PREFIX + json.dumps({"type": "session.progress", **asdict(self)})

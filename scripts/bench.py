@@ -68,8 +68,10 @@ import asyncio
 import collections
 import contextlib
 import json
+import math
 import os
 import platform
+import random
 import re
 import signal
 import statistics
@@ -703,32 +705,34 @@ async def cancel_once(
         frames = 0
         # A client of its own: leaving the response unread closes its connection, not a pooled
         # one that another request would reuse.
-        async with httpx.AsyncClient(base_url=client.base_url, timeout=30.0) as own:
-            async with own.stream("POST", "/v1/chat/completions", json=body) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
-                session = response.headers.get(SESSION_HEADER)
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[len("data:") :].strip()
-                    if data == "[DONE]":
+        async with (
+            httpx.AsyncClient(base_url=client.base_url, timeout=30.0) as own,
+            own.stream("POST", "/v1/chat/completions", json=body) as response,
+        ):
+            if response.status_code != 200:
+                await response.aread()
+                raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
+            session = response.headers.get(SESSION_HEADER)
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise RuntimeError(f"the stream failed: {chunk['error']}")
+                if any(c["delta"].get("content") for c in chunk.get("choices", [])):
+                    frames += 1
+                    if frames >= CANCEL_AFTER_FRAMES:
                         break
-                    chunk = json.loads(data)
-                    if "error" in chunk:
-                        raise RuntimeError(f"the stream failed: {chunk['error']}")
-                    if any(c["delta"].get("content") for c in chunk.get("choices", [])):
-                        frames += 1
-                        if frames >= CANCEL_AFTER_FRAMES:
-                            break
-                if frames < CANCEL_AFTER_FRAMES:
-                    raise RuntimeError(
-                        f"the stream ended after {frames} content frames, before the close"
-                    )
-                steps_before = (await engine())["steps"]
-                closed = time.perf_counter()
-            # Leaving the block closed the response, and with it the connection, mid-stream.
+            if frames < CANCEL_AFTER_FRAMES:
+                raise RuntimeError(
+                    f"the stream ended after {frames} content frames, before the close"
+                )
+            steps_before = (await engine())["steps"]
+            closed = time.perf_counter()
+        # Leaving the block closed the response, and with it the connection, mid-stream.
         polls = 0
         while True:
             stats = await engine()
@@ -777,15 +781,92 @@ class OverloadRun:
 
     overloaded: bool
     admitted: BatchRun
-    reject_ms: list[float]  # each 429: request start to the response
+    reject_ms: list[float]  # each 429: request sent to the whole response read
     extra: dict[str, int]  # the extra requests by how they ended
     extra_s: float  # how long extra requests were fired
     rejected_by_parent: int  # the parent's admission.rejected, the change over the run
+    cpu_s: dict[str, float]  # CPU seconds over the run: parent, worker, client (this process)
     problems: list[str]  # 429s that lack what the server promises
 
     @property
     def rejects_per_s(self) -> float:
         return len(self.reject_ms) / self.extra_s if self.extra_s > 0 else float("nan")
+
+
+class RawHTTP:
+    """One keep-alive HTTP/1.1 connection that sends a prepared request and reads the answer.
+
+    The extra requests go through this rather than httpx: on two cores an httpx request costs
+    the client about a millisecond of CPU, as much as the server's answer, and that would be
+    measured as the server's latency."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def connect(self) -> None:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def request(self, payload: bytes) -> tuple[int, dict[str, str], bytes]:
+        """Send `payload`; the status, the headers (lower-case names) and the body, when it has
+        a Content-Length. Other answers (a chunked one: an admitted request) are left unread and
+        the connection closed."""
+        await self.connect()
+        assert self._reader is not None and self._writer is not None
+        try:
+            self._writer.write(payload)
+            head = await self._reader.readuntil(b"\r\n\r\n")
+            status_line, *lines = head.decode("latin-1").split("\r\n")
+            status = int(status_line.split()[1])
+            headers: dict[str, str] = {}
+            for line in lines:
+                name, _, value = line.partition(":")
+                if name:
+                    headers[name.strip().lower()] = value.strip()
+            body = b""
+            if "content-length" in headers:
+                body = await self._reader.readexactly(int(headers["content-length"]))
+            if "content-length" not in headers or headers.get("connection") == "close":
+                self.close()
+        except BaseException:
+            self.close()  # also when cancelled: the server sees the client leave
+            raise
+        return status, headers, body
+
+
+def raw_request(url: str, body: dict[str, Any]) -> tuple[str, int, bytes]:
+    parsed = httpx.URL(url)
+    content = json.dumps(body).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {parsed.host}:{parsed.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(content)}\r\n\r\n"
+    )
+    return parsed.host, parsed.port or 80, head.encode() + content
+
+
+def check_refusal(headers: dict[str, str], content: bytes) -> list[str]:
+    """What a 429 lacks of what the server promises."""
+    try:
+        error = json.loads(content).get("error") or {}
+    except (ValueError, AttributeError):
+        error = {}
+    return [
+        what
+        for what, ok in (
+            ("Retry-After", "retry-after" in headers),
+            (SESSION_HEADER, SESSION_HEADER in headers),
+            ("type resource_admission", error.get("type") == "resource_admission"),
+            ("code queue_full", error.get("code") == "queue_full"),
+        )
+        if not ok
+    ]
 
 
 async def admission_of(client: httpx.AsyncClient) -> dict[str, Any]:
@@ -809,60 +890,53 @@ async def wait_admission(
         await asyncio.sleep(poll_s)
 
 
-async def extra_request(
-    client: httpx.AsyncClient,
-    body: dict[str, Any],
-    reject_ms: list[float],
-    extra: collections.Counter[str],
-    problems: list[str],
-) -> None:
-    """One request beyond capacity: a 429 is timed and checked; one that was queued instead and
-    later admitted (max_tokens 1) is read to its end."""
-    began = time.perf_counter()
-    try:
-        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-            answered = time.perf_counter()
-            content = await response.aread()
-    except asyncio.CancelledError:
-        extra["closed unanswered (queued)"] += 1
-        raise
-    except httpx.TransportError as exc:
-        extra[type(exc).__name__] += 1
-        return
-    extra[str(response.status_code)] += 1
-    if response.status_code != 429:
-        return
-    reject_ms.append((answered - began) * 1e3)
-    try:
-        error = json.loads(content).get("error") or {}
-    except ValueError:
-        error = {}
-    missing = [
-        what
-        for what, ok in (
-            ("Retry-After", "retry-after" in response.headers),
-            (SESSION_HEADER, SESSION_HEADER in response.headers),
-            ("type resource_admission", error.get("type") == "resource_admission"),
-            ("code queue_full", error.get("code") == "queue_full"),
-        )
-        if not ok
-    ]
-    if missing and len(problems) < 10:
-        problems.append(f"a 429 without {', '.join(missing)}: {content[:200]!r}")
+class CPUClock:
+    """CPU seconds (user + system) of some processes, from one reading to the next."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.start = self._read()
+
+    def _read(self) -> dict[str, float]:
+        readings = {}
+        for name, process in self.processes.items():
+            try:
+                times = process.cpu_times()
+                readings[name] = times.user + times.system
+            except psutil.Error:
+                readings[name] = float("nan")
+        return readings
+
+    def elapsed(self) -> dict[str, float]:
+        now = self._read()
+        return {name: now[name] - self.start[name] for name in now}
 
 
 async def overload_once(
-    client: httpx.AsyncClient, prompt: str, max_tokens: int, overloaded: bool
+    client: httpx.AsyncClient,
+    prompt: str,
+    max_tokens: int,
+    overloaded: bool,
+    pids: dict[str, int],
+    rng: random.Random,
 ) -> OverloadRun:
     """OVERLOAD_MAX_ACTIVE streams of `max_tokens`, all admitted at once; with `overloaded`, from
-    the moment they are all running until the first of them ends, OVERLOAD_EXTRA more requests
-    in flight (refilled every OVERLOAD_REFILL_S): OVERLOAD_MAX_QUEUED of them wait in the queue,
-    the rest get 429 at once. When the first admitted stream ends the queued ones are closed
-    (their sessions leave the queue); they ask for max_tokens 1, so one admitted in between costs
-    the admitted streams one short prefill."""
+    the moment they all run until the first of them ends, OVERLOAD_EXTRA more clients, each
+    sending a request (max_tokens 1) and, after a 429, sending the next one OVERLOAD_REFILL_S
+    later (jittered +-50%): OVERLOAD_MAX_QUEUED of them wait in the queue, the others get 429 in
+    turn. When the first admitted stream ends the clients still waiting for an answer (the
+    queued ones) close their connections, which takes their sessions out of the queue; one
+    admitted in between costs the remaining streams one short prefill."""
     idle = await wait_admission(client, lambda s: s["active"] == 0 and s["queued"] == 0)
     bench = HTTPBench(client, prompt, max_tokens)
     first_done = asyncio.Event()
+    reject_ms: list[float] = []
+    extra: collections.Counter[str] = collections.Counter()
+    problems: list[str] = []
+    host, port, payload = raw_request(str(client.base_url), chat_body(prompt, 1, stream=False))
+    connections = [RawHTTP(host, port) for _ in range(OVERLOAD_EXTRA)] if overloaded else []
+    for connection in connections:
+        await connection.connect()  # before the clock starts
 
     async def admitted() -> StreamRun:
         try:
@@ -870,11 +944,30 @@ async def overload_once(
         finally:
             first_done.set()
 
+    async def extra_client(connection: RawHTTP) -> None:
+        while not first_done.is_set():
+            began = time.perf_counter()
+            try:
+                status, headers, content = await connection.request(payload)
+            except asyncio.CancelledError:
+                extra["closed unanswered (queued)"] += 1
+                raise
+            except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+                extra[type(exc).__name__] += 1
+            else:
+                extra[str(status)] += 1
+                if status == 429:
+                    reject_ms.append((time.perf_counter() - began) * 1e3)
+                    missing = check_refusal(headers, content)
+                    if missing and len(problems) < 10:
+                        problems.append(f"a 429 without {', '.join(missing)}: {content[:200]!r}")
+            pause = OVERLOAD_REFILL_S * rng.uniform(0.5, 1.5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(first_done.wait(), pause)
+
+    clock = CPUClock(pids)
     start = time.perf_counter()
     streams = [asyncio.create_task(admitted()) for _ in range(OVERLOAD_MAX_ACTIVE)]
-    reject_ms: list[float] = []
-    extra: collections.Counter[str] = collections.Counter()
-    problems: list[str] = []
     extra_s = 0.0
     try:
         # Both kinds of run poll the parent alike, until all the streams are running.
@@ -882,28 +975,21 @@ async def overload_once(
             client, lambda s: s["active"] >= OVERLOAD_MAX_ACTIVE or first_done.is_set()
         )
         if overloaded:
-            body = chat_body(prompt, 1, stream=False)
-            in_flight: set[asyncio.Task[None]] = set()
             fired = time.perf_counter()
-            while not first_done.is_set():
-                while len(in_flight) < OVERLOAD_EXTRA:
-                    task = asyncio.create_task(
-                        extra_request(client, body, reject_ms, extra, problems)
-                    )
-                    in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(first_done.wait(), OVERLOAD_REFILL_S)
+            clients = [asyncio.create_task(extra_client(c)) for c in connections]
+            await first_done.wait()
             extra_s = time.perf_counter() - fired
-            left = list(in_flight)
-            for task in left:
-                task.cancel()  # closes the connection: the parent drops the queued session
-            await asyncio.gather(*left, return_exceptions=True)
+            for client_task in clients:
+                client_task.cancel()  # those waiting for an answer close their connections
+            await asyncio.gather(*clients, return_exceptions=True)
         runs = await asyncio.gather(*streams)
     finally:
         for task in streams:
             task.cancel()
+        for connection in connections:
+            connection.close()
     wall = time.perf_counter() - start
+    cpu_s = clock.elapsed()
     after = await wait_admission(client, lambda s: s["active"] == 0 and s["queued"] == 0)
     return OverloadRun(
         overloaded=overloaded,
@@ -912,12 +998,15 @@ async def overload_once(
         extra=dict(extra),
         extra_s=extra_s,
         rejected_by_parent=after["rejected"] - idle["rejected"],
+        cpu_s=cpu_s,
         problems=problems,
     )
 
 
 def describe_overload(run: OverloadRun) -> str:
-    text = f"admitted {describe_batch(run.admitted)}"
+    wall = run.admitted.wall_s
+    cores = ", ".join(f"{name} {seconds / wall:.2f}" for name, seconds in run.cpu_s.items())
+    text = f"admitted {describe_batch(run.admitted)}; CPU cores used: {cores}"
     if run.overloaded:
         text += (
             f"; {len(run.reject_ms)} 429s in {run.extra_s:.2f} s "
@@ -931,14 +1020,17 @@ async def measure_overload(plan: Plan, prompt: str) -> list[OverloadRun]:
     """A separate isolated server with --max-active 4 --max-queued 4 (see OVERLOAD_*)."""
     max_tokens = plan.max_tokens * OVERLOAD_TOKENS_FACTOR
     rounds = max(plan.repeats, OVERLOAD_MIN_ROUNDS)
-    progress("overload: starting an isolated server with " + " ".join(overload_options()))
-    with running_server("overload", plan.model_path, plan.max_batch, overload_options()) as server:
-        await asyncio.to_thread(server.wait_ready)
-        connections = OVERLOAD_MAX_ACTIVE + OVERLOAD_EXTRA + 4
+    options = overload_options()
+    progress("overload: starting an isolated server with " + " ".join(options))
+    with running_server("overload", plan.model_path, plan.max_batch, options) as server:
+        url = await asyncio.to_thread(server.wait_ready)
+        connections = OVERLOAD_MAX_ACTIVE + 4
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         async with httpx.AsyncClient(
-            base_url=server.url, timeout=httpx.Timeout(REQUEST_TIMEOUT_S), limits=limits
+            base_url=url, timeout=httpx.Timeout(REQUEST_TIMEOUT_S), limits=limits
         ) as client:
+            worker = await isolated_worker(client)
+            pids = {"parent": server.pid, "worker": int(worker["pid"]), "client": os.getpid()}
             # Warm-up: a stream, then one burst past capacity (4 run, 4 wait, the rest get 429),
             # which also opens the pooled connections.
             bench = HTTPBench(client, prompt, plan.max_tokens)
@@ -950,12 +1042,13 @@ async def measure_overload(plan: Plan, prompt: str) -> list[OverloadRun]:
                     for _ in range(OVERLOAD_MAX_ACTIVE + OVERLOAD_EXTRA)
                 )
             )
+            rng = random.Random(0)
             runs: list[OverloadRun] = []
             for number in range(rounds):
                 # Alternate which kind goes first, so a drifting machine favours neither.
                 kinds = (False, True) if number % 2 == 0 else (True, False)
                 for overloaded in kinds:
-                    run = await overload_once(client, prompt, max_tokens, overloaded)
+                    run = await overload_once(client, prompt, max_tokens, overloaded, pids, rng)
                     runs.append(run)
                     kind = "overloaded" if overloaded else "unloaded"
                     progress(f"  overload {number + 1}/{rounds} {kind}: {describe_overload(run)}")
@@ -1307,7 +1400,9 @@ def cancel_summary(runs: list[CancelRun], ms_per_step: float, max_tokens: int) -
         "ms_per_step_c1": ms_per_step,
         "cancel_ms_p50_in_steps": ratio(p50, ms_per_step),
         "cancel_ms_max_in_steps": ratio(max(cancel_ms, default=float("nan")), ms_per_step),
-        "meets_target": bool(lags) and len(lags) == len(runs) and max(lags) <= CANCEL_STEPS_TARGET,
+        "meets_target": bool(runs)
+        and len(lags) == len(runs)
+        and max(lags) <= CANCEL_STEPS_TARGET,
         "outcomes": [r.outcome for r in runs],
         "settings": {
             "max_tokens": max_tokens,
@@ -1330,6 +1425,23 @@ def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]
     p99 = percentile(rejects, 99)
     # Round by round: each round has one run of each kind, next to each other.
     pairs = list(zip(unloaded, overloaded, strict=False))
+    unloaded_runs = [r for r in runs if not r.overloaded]
+
+    def cores(kind: list[OverloadRun]) -> dict[str, float]:
+        names = kind[0].cpu_s if kind else {}
+        return {name: median([r.cpu_s[name] / r.admitted.wall_s for r in kind]) for name in names}
+
+    # The parent's CPU for the refusals: what it used beyond its unloaded run, per 429.
+    def parent_cores(run: OverloadRun) -> float:
+        return run.cpu_s["parent"] / run.admitted.wall_s
+
+    per_reject = [
+        ratio(
+            (parent_cores(over) - parent_cores(unl)) * over.admitted.wall_s * 1e3,
+            len(over.reject_ms),
+        )
+        for unl, over in zip(unloaded_runs, loaded_runs, strict=False)
+    ]
     return {
         "reject_ms": {
             "p50": percentile(rejects, 50),
@@ -1342,6 +1454,8 @@ def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]
         "admitted_tok_s": {"unloaded": median(unloaded), "overloaded": median(overloaded)},
         "rejects_per_s": median([r.rejects_per_s for r in loaded_runs]),
         "extra_requests": dict(extra),
+        "cpu_cores": {"unloaded": cores(unloaded_runs), "overloaded": cores(loaded_runs)},
+        "parent_cpu_ms_per_429": median(per_reject),
         "rejected_by_parent": sum(r.rejected_by_parent for r in loaded_runs),
         "problems": [problem for r in runs for problem in r.problems],
         "reject_ok": None if not rejects else p99 < REJECT_P99_TARGET_MS,
@@ -1353,6 +1467,7 @@ def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]
             "extra_in_flight": OVERLOAD_EXTRA,
             "extra_max_tokens": 1,
             "refill_ms": OVERLOAD_REFILL_S * 1e3,
+            "refill_jitter": 0.5,
             "rounds": len(pairs),
         },
         "runs": [
@@ -1487,7 +1602,7 @@ def print_report(
 
 def print_cancel(cancel: dict[str, Any]) -> None:
     def number(value: float | None, digits: int = 1) -> str:
-        return "?" if value is None or value != value else f"{value:.{digits}f}"
+        return "?" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
     settings = cancel["settings"]
     print()
@@ -1516,10 +1631,13 @@ def print_cancel(cancel: dict[str, Any]) -> None:
         f"{verdict}"
     )
     outcomes = collections.Counter(
-        "?" if not o else f"{o.get('kind')} ({o.get('reason') or o.get('code') or o.get('finish_reason')})"
+        f"{o.get('kind')} ({o.get('reason') or o.get('code') or o.get('finish_reason')})"
+        if o
+        else "? (not found)"
         for o in cancel["outcomes"]
     )
-    print(f"  the parent's session outcomes: {', '.join(f'{k} x{v}' for k, v in outcomes.items())}")
+    listed = ", ".join(f"{k} x{v}" for k, v in outcomes.items())
+    print(f"  the parent's session outcomes: {listed}")
 
 
 def print_overload(overload: dict[str, Any]) -> None:
@@ -1533,8 +1651,9 @@ def print_overload(overload: dict[str, Any]) -> None:
     print(
         f"  {settings['admitted_streams']} admitted streams of max_tokens "
         f"{settings['admitted_max_tokens']}; overloaded: meanwhile {settings['extra_in_flight']} "
-        f"more requests (max_tokens 1) kept in flight, refilled every {settings['refill_ms']:g} "
-        f"ms, until the first admitted stream ends, then the queued ones closed"
+        f"more clients, each sending a request (max_tokens 1) and, after a 429, the next one "
+        f"{settings['refill_ms']:g} ms (+-50%) later, until the first admitted stream ends; then "
+        "the ones still unanswered (queued) close their connections"
     )
     verdict = "pass" if overload["admitted_ok"] else "FAIL"
     by_round = ", ".join(f"{r:.3f}" for r in overload["admitted_vs_unloaded_by_round"])
@@ -1543,16 +1662,27 @@ def print_overload(overload: dict[str, Any]) -> None:
         f"{tok_s['overloaded']:.1f}: admitted_vs_unloaded {overload['admitted_vs_unloaded']:.3f} "
         f"(by round {by_round}): target >= {ADMITTED_RATIO_TARGET:g}: {verdict}"
     )
-    verdict = "?" if overload["reject_ok"] is None else ("pass" if overload["reject_ok"] else "FAIL")
+    reject_ok = overload["reject_ok"]
+    verdict = "?" if reject_ok is None else ("pass" if reject_ok else "FAIL")
     print(
-        f"  429 latency (request start to the response, client side): p50 {reject['p50']:.2f} ms, "
-        f"p99 {reject['p99']:.2f} ms, max {reject['max']:.2f} ms over {reject['count']} "
-        f"(~{overload['rejects_per_s']:.0f}/s): target p99 < {REJECT_P99_TARGET_MS:g} ms: {verdict}"
+        f"  429 latency (request sent to the whole answer read, client side): p50 "
+        f"{reject['p50']:.2f} ms, p99 {reject['p99']:.2f} ms, max {reject['max']:.2f} ms over "
+        f"{reject['count']} (~{overload['rejects_per_s']:.0f}/s): target p99 < "
+        f"{REJECT_P99_TARGET_MS:g} ms: {verdict}"
     )
     extra = " ".join(f"{k}:{v}" for k, v in sorted(overload["extra_requests"].items()))
     print(
         f"  extra requests: {extra}; the parent counted {overload['rejected_by_parent']} "
         "rejected"
+    )
+
+    def used(kind: str) -> str:
+        return ", ".join(f"{k} {v:.2f}" for k, v in overload["cpu_cores"][kind].items())
+
+    print(
+        f"  CPU cores used (of {os.cpu_count()}): unloaded {used('unloaded')}; overloaded "
+        f"{used('overloaded')}; the parent's extra CPU per 429 "
+        f"{overload['parent_cpu_ms_per_429']:.2f} ms"
     )
     for problem in overload["problems"]:
         print(f"  problem: {problem}")
@@ -1692,7 +1822,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker_import_s": measured["worker_import_s"],
     }
     isolated_c1 = summaries["isolated"].get("c1", {}).get("decode_tok_s", float("nan"))
-    cancel = cancel_summary(measured["cancels"], ratio(1e3, isolated_c1), measured["cancel_max_tokens"])
+    cancel = cancel_summary(
+        measured["cancels"], ratio(1e3, isolated_c1), measured["cancel_max_tokens"]
+    )
     overload = overload_summary(measured["overloads"], plan.max_tokens * OVERLOAD_TOKENS_FACTOR)
     print_report(
         plan, info, table_rows(summaries), measured["memory"], recovery, startup, cancel, overload

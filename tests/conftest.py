@@ -19,6 +19,7 @@ import pytest
 
 from mlxhost.demo import make_model
 
+ADMIN_TOKEN = "test-admin-token"
 READY = re.compile(r"mlxhost ready: .* on (http://[\d.]+:\d+)?")
 
 
@@ -33,6 +34,7 @@ class Server:
     url: str | None
     unix: Path | None
     log: list[str] = field(default_factory=list)
+    admin_token: str = ADMIN_TOKEN
 
     def client(self, **kwargs: object) -> openai.OpenAI:
         if self.url is None:
@@ -45,11 +47,13 @@ class Server:
         assert self.url is not None
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key="unused", **kwargs)  # type: ignore[arg-type]
 
-    def http(self, timeout: float = 30.0) -> httpx.Client:
+    def http(self, timeout: float = 30.0, admin: bool = True) -> httpx.Client:
+        """A client for the host; over TCP it carries the admin token unless `admin` is false."""
         if self.url is None:
             transport = httpx.HTTPTransport(uds=str(self.unix))
             return httpx.Client(base_url="http://mlxhost", transport=transport, timeout=timeout)
-        return httpx.Client(base_url=self.url, timeout=timeout)
+        headers = {"authorization": f"Bearer {self.admin_token}"} if admin else {}
+        return httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
 
     def health(self) -> dict:  # type: ignore[type-arg]
         with self.http() as http:
@@ -98,6 +102,8 @@ def start_server(
     *args: str, env: dict[str, str] | None = None, tcp: bool = True, timeout: float = 60.0
 ) -> Server:
     command = [sys.executable, "-m", "mlxhost", "serve", *args]
+    if "--admin-token" not in args:
+        command += ["--admin-token", ADMIN_TOKEN]
     if tcp:
         command += ["--port", "0"]
     process = subprocess.Popen(

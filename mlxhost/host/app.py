@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -20,11 +19,13 @@ from ..api.body import read_body
 from ..api.errors import EXCEPTION_HANDLERS, NotFound, ServiceUnavailable
 from ..api.openapi import openapi_document
 from ..config import ModelSpec, Settings
+from .admin import admin_routes, host_state, require_token
 from .admission import Admission
+from .metrics import CONTENT_TYPE, HostMetrics
 from .events import EventHub
 from .pool import ModelPool, UnknownModel
 from .relay import SessionResponse
-from .sessions import CancelReason, SessionRegistry
+from .sessions import SessionRegistry
 from .supervisor import WorkerState
 
 __all__ = ["Host", "create_host_app"]
@@ -38,6 +39,8 @@ class Host:
     sessions: SessionRegistry = field(default_factory=SessionRegistry)
     events: EventHub = field(default_factory=EventHub)
     admissions: dict[str, Admission] = field(default_factory=dict)
+    admin_token: str | None = None
+    metrics: HostMetrics | None = None
     accepting: bool = True
 
     def admission(self, spec: ModelSpec) -> Admission:
@@ -56,7 +59,10 @@ def host(request: Request) -> Host:
 
 
 def create_host_app(
-    pool: ModelPool, settings: Settings, sessions: SessionRegistry | None = None
+    pool: ModelPool,
+    settings: Settings,
+    sessions: SessionRegistry | None = None,
+    admin_token: str | None = None,
 ) -> Starlette:
     app = Starlette(
         routes=[
@@ -66,19 +72,22 @@ def create_host_app(
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
-            Route("/admin/sessions", list_sessions, methods=["GET"]),
-            Route("/admin/sessions/{session}/cancel", cancel_session, methods=["POST"]),
-            Route("/admin/workers/{worker}/restart", restart_worker, methods=["POST"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            *admin_routes,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
     )
     sessions = sessions or SessionRegistry(pool.events)
-    app.state.host = Host(pool, settings, sessions=sessions, events=sessions.events)
+    host = Host(pool, settings, sessions=sessions, events=sessions.events, admin_token=admin_token)
+    host.metrics = HostMetrics(lambda: host_state(host))
+    sessions.on_close = host.metrics.session_closed
+    app.state.host = host
     return app
 
 
 async def generate(request: Request) -> Any:
     state = host(request)
+    require_token(request, state.settings.api_key, "this API")
     if not state.accepting:
         raise ServiceUnavailable("the server is shutting down", code="shutting_down")
     body = await read_body(request, state.settings.max_body_bytes)
@@ -115,6 +124,7 @@ def _model_card(request: Request, model_id: str) -> dict[str, object]:
 
 
 async def list_models(request: Request) -> Response:
+    require_token(request, host(request).settings.api_key, "this API")
     specs = host(request).pool.specs
     return JSONResponse({"object": "list", "data": [_model_card(request, s.id) for s in specs]})
 
@@ -152,48 +162,7 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(openapi_document())
 
 
-async def list_sessions(request: Request) -> Response:
-    sessions = host(request).sessions
-    return JSONResponse(
-        {
-            "opened": sessions.opened,
-            "closed": sessions.closed,
-            "live": [s.snapshot() for s in sessions.live()],
-            "recent": [s.snapshot() for s in sessions.recent()],
-        }
-    )
-
-
-async def cancel_session(request: Request) -> Response:
-    session = host(request).sessions.get(request.path_params["session"])
-    if session is None or not session.cancel(CancelReason.REQUESTED):
-        raise NotFound(
-            f"no live session '{request.path_params['session']}'", param="session", code="session_not_found"
-        )
-    return JSONResponse({"session": session.snapshot()}, status_code=202)
-
-
-async def restart_worker(request: Request) -> Response:
-    """Restart a model's worker; with drain (the default) after its running sessions finish."""
+async def metrics(request: Request) -> Response:
     state = host(request)
-    name = request.path_params["worker"]
-    spec = next((s for s in state.pool.specs if name in s.names), None)
-    if spec is None:
-        raise NotFound(f"no worker '{name}'", param="worker", code="worker_not_found")
-    drain = request.query_params.get("drain", "true").lower() not in ("false", "0", "no")
-    with anyio.fail_after(state.settings.drain_timeout + state.settings.load_timeout):
-        if drain:
-            # New sessions wait in the queue meanwhile; none is refused for the restart.
-            async with state.admission(spec).exclusive():
-                supervisor = await _restart(state.pool, spec)
-        else:
-            supervisor = await _restart(state.pool, spec)
-    return JSONResponse({"worker": supervisor.snapshot()})
-
-
-async def _restart(pool: ModelPool, spec: ModelSpec) -> Any:
-    before = pool.supervisor(spec.id)
-    old_pid = before.pid if before is not None else None
-    supervisor = await pool.restart(spec.id)
-    await supervisor.wait_replaced(old_pid)
-    return supervisor
+    assert state.metrics is not None
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)

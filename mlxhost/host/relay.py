@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from typing import Any
 
 import anyio
@@ -50,6 +51,7 @@ SESSION_HEADER = "x-mlxhost-session"
 EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
 GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
 FINISH_REASON = re.compile(rb'"finish_reason":"(\w+)"')
+FIRST_TEXT = re.compile(rb'"(?:content|text)":"[^"]')
 
 
 class WorkerFailed(APIError):
@@ -211,6 +213,8 @@ class SessionResponse:
                 window = tail + chunk
                 if match := _last(FINISH_REASON, window):
                     finish = match
+                if session.first_token_at is None and FIRST_TEXT.search(chunk):
+                    session.first_token_at = time.monotonic()
                 tail = window[-256:]
                 await client.body(chunk)
         except httpx.TransportError:
@@ -245,6 +249,7 @@ class _Client:
         self.event_stream = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in raw)
         await self._guarded({"type": "http.response.start", "status": status, "headers": raw})
         self.started = True
+        self._session.status = status
 
     async def body(self, chunk: bytes, more: bool = True) -> None:
         await self._guarded({"type": "http.response.body", "body": chunk, "more_body": more})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import shutil
 import tempfile
@@ -17,8 +18,10 @@ import anyio
 
 from ..config import Settings
 from ..http import BindError, Listener, serve_in
+from ..protocol import ADMIN_TOKEN_FILE
 from ..shutdown import Shutdown
 from .app import Host, create_host_app
+from .discovery import announce, withdraw
 from .pool import ModelPool
 from .events import EventHub
 from .sessions import CancelReason, SessionRegistry
@@ -26,6 +29,14 @@ from .sessions import CancelReason, SessionRegistry
 __all__ = ["make_runtime_dir", "serve_host"]
 
 logger = logging.getLogger("mlxhost")
+
+
+def write_admin_token(runtime_dir: Path, token: str) -> Path:
+    path = runtime_dir / ADMIN_TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(token)
+    return path
 
 
 def make_runtime_dir(settings: Settings) -> Path:
@@ -48,6 +59,7 @@ async def serve_host(settings: Settings) -> None:
     except BindError as exc:
         raise StartupError(str(exc)) from None
     runtime_dir = make_runtime_dir(settings)
+    token_file = write_admin_token(runtime_dir, settings.admin_token or secrets.token_urlsafe(24))
     shutdown = Shutdown()
     try:
         async with anyio.create_task_group() as tg:
@@ -57,13 +69,15 @@ async def serve_host(settings: Settings) -> None:
             async with ModelPool.open(
                 settings, specs, paths, runtime_dir, events, sessions.progress
             ) as pool:
-                app = create_host_app(pool, settings, sessions)
+                app = create_host_app(pool, settings, sessions, token_file.read_text())
                 events.publish("host.started", pid=os.getpid(), models=[s.id for s in specs])
                 async with anyio.create_task_group() as preloading:
                     # A signal during a slow first load stops waiting for it.
                     preloading.start_soon(_cancel_on, shutdown.requested, preloading.cancel_scope)
                     await pool.preload()
                     preloading.cancel_scope.cancel()
+                url = next((a for a in listener.addresses if a.startswith("http")), None)
+                announce(url, settings.unix, token_file)
                 logger.info(
                     "%s %s on %s",
                     READY_PREFIX,
@@ -76,6 +90,7 @@ async def serve_host(settings: Settings) -> None:
                     serve_in(serving, listener, app, stop)
             tg.cancel_scope.cancel()
     finally:
+        withdraw()
         shutil.rmtree(runtime_dir, ignore_errors=True)
 
 

@@ -16,6 +16,7 @@ import itertools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,12 +83,17 @@ class Session:
     id: str = field(default_factory=lambda: f"s-{uuid.uuid4().hex[:12]}")
     number: int = field(default_factory=lambda: next(_numbers))
     opened_at: float = field(default_factory=time.time)
+    opened_clock: float = field(default_factory=time.monotonic)
     state: SessionState = SessionState.QUEUED
     outcome: Outcome | None = None
     cancel_reason: CancelReason | None = None
     closed_at: float | None = None
+    closed_clock: float | None = None
     tokens: int = 0  # generated so far, as the worker reports
     tokens_per_s: float = 0.0
+    prompt_tokens: int = 0
+    status: int | None = None  # the HTTP status the client got
+    first_token_at: float | None = None  # monotonic, streams only
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     def cancel(self, reason: CancelReason) -> bool:
@@ -118,8 +124,11 @@ class Session:
 
 
 class SessionRegistry:
-    def __init__(self, events: EventHub | None = None) -> None:
+    def __init__(
+        self, events: EventHub | None = None, on_close: Callable[[Session], None] | None = None
+    ) -> None:
         self.events = events or EventHub()
+        self.on_close = on_close
         self._live: dict[str, Session] = {}
         self._recent: collections.deque[Session] = collections.deque(maxlen=RECENT_KEPT)
         self.opened = 0
@@ -141,6 +150,7 @@ class SessionRegistry:
         if session is not None:
             session.tokens = report.tokens
             session.tokens_per_s = report.tokens_per_s
+            session.prompt_tokens = report.prompt_tokens
             self.events.publish(
                 "session.progress",
                 session=session.id,
@@ -160,11 +170,14 @@ class SessionRegistry:
         session.state = SessionState.CLOSED
         session.outcome = outcome
         session.closed_at = time.time()
+        session.closed_clock = time.monotonic()
         self._live.pop(session.id, None)
         self._recent.append(session)
         self.closed += 1
         if not self._live:
             self._empty.set()
+        if self.on_close is not None:
+            self.on_close(session)
         self.events.publish(
             "session.closed",
             session=session.id,

@@ -20,6 +20,7 @@ import psutil
 
 from ..config import ConfigError, Settings, settings_from_options
 from ..protocol import (
+    ADMIN_TOKEN_FILE,
     EXIT_BAD_LAUNCH,
     BadLaunchRecord,
     LaunchRecord,
@@ -59,7 +60,6 @@ def main() -> None:
 
 
 async def _run(record: LaunchRecord, settings: Settings) -> None:
-    from .engine import Engine
     from .serve import serve_model
 
     shutdown = Shutdown()
@@ -87,8 +87,11 @@ async def _run(record: LaunchRecord, settings: Settings) -> None:
     if shutdown.reason == PARENT_GONE:
         # Nobody is left to remove the parent's runtime directory; the last worker out does
         # (rmdir fails, harmlessly, while other workers' sockets are still in it).
+        runtime_dir = Path(record.socket).parent
         with contextlib.suppress(OSError):
-            Path(record.socket).parent.rmdir()
+            (runtime_dir / ADMIN_TOKEN_FILE).unlink()
+        with contextlib.suppress(OSError):
+            runtime_dir.rmdir()
 
 
 async def _watch_parent(shutdown: Shutdown) -> None:
@@ -138,7 +141,10 @@ async def _report_progress(engine: Engine) -> None:
             live[session.id] = session.tokens
             if session.tag and session.tokens != reported.get(session.id):
                 rate = session.tokens / max(now - session.created, 1e-3)
-                print(SessionProgress(session.tag, session.tokens, round(rate, 1)).encode(), flush=True)
+                report = SessionProgress(
+                    session.tag, session.tokens, round(rate, 1), len(session.request.prompt)
+                )
+                print(report.encode(), flush=True)
         reported = {k: v for k, v in live.items()}
 
 

@@ -1,0 +1,151 @@
+"""The admin API: state, events, metrics and operator actions.
+
+On the Unix socket the admin routes are open: the socket is 0600, so only its owner connects. On
+TCP they need the admin token (`Authorization: Bearer ...`), which the host generates at start
+and writes 0600 into its runtime directory, unless `admin_token` sets one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..api.errors import NotFound, Unauthorized
+from ..config import ModelSpec
+from .pool import ModelPool
+from .sessions import CancelReason
+
+__all__ = ["admin_routes", "host_state", "is_unix", "require_token"]
+
+HEARTBEAT = 10.0  # seconds between SSE comments on a quiet event stream
+RETRY_MS = 2000
+
+
+def is_unix(request: Request) -> bool:
+    # Hypercorn gives no server address for a Unix socket connection.
+    return request.scope.get("server") is None
+
+
+def require_token(request: Request, token: str | None, what: str) -> None:
+    if token is None or is_unix(request):
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip(), token):
+        raise Unauthorized(f"{what} needs 'Authorization: Bearer <token>' on TCP")
+
+
+def _host(request: Request) -> Any:
+    host = request.app.state.host
+    require_token(request, host.admin_token, "the admin API")
+    return host
+
+
+def host_state(host: Any) -> dict[str, Any]:
+    """One consistent snapshot: built without a pause, it includes exactly the events up to `seq`."""
+    sessions = host.sessions
+    return {
+        "seq": host.events.last_seq,
+        "host": {
+            "pid": os.getpid(),
+            "started": host.started,
+            "uptime_s": round(time.time() - host.started, 3),
+            "accepting": host.accepting,
+        },
+        "workers": [s.snapshot() for s in host.pool.supervisors()],
+        "models": host.pool.snapshot(),
+        "sessions": {
+            "opened": sessions.opened,
+            "closed": sessions.closed,
+            "live": [s.snapshot() for s in sessions.live()],
+            "recent": [s.snapshot() for s in sessions.recent()],
+        },
+        "admission": {model: a.statistics().__dict__ for model, a in host.admissions.items()},
+    }
+
+
+async def state(request: Request) -> Response:
+    return JSONResponse(host_state(_host(request)))
+
+
+async def events(request: Request) -> Response:
+    host = _host(request)
+    after = request.headers.get("last-event-id") or request.query_params.get("after")
+    subscription = host.events.subscribe(int(after) if after and after.isdigit() else None)
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            yield f"retry: {RETRY_MS}\n\n".encode()
+            while True:
+                event: Any = None
+                with anyio.move_on_after(HEARTBEAT):
+                    event = await anext(subscription, StopAsyncIteration)
+                if event is None:
+                    yield b": heartbeat\n\n"
+                    continue
+                if event is StopAsyncIteration:
+                    return
+                yield f"id: {event['seq']}\ndata: {json.dumps(event)}\n\n".encode()
+                if event["type"] == "stream.lagged":
+                    return
+        finally:
+            await subscription.aclose()
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+async def list_sessions(request: Request) -> Response:
+    return JSONResponse(host_state(_host(request))["sessions"])
+
+
+async def cancel_session(request: Request) -> Response:
+    session = _host(request).sessions.get(request.path_params["session"])
+    if session is None or not session.cancel(CancelReason.REQUESTED):
+        raise NotFound(
+            f"no live session '{request.path_params['session']}'", param="session", code="session_not_found"
+        )
+    return JSONResponse({"session": session.snapshot()}, status_code=202)
+
+
+async def restart_worker(request: Request) -> Response:
+    """Restart a model's worker; with drain (the default) after its running sessions finish."""
+    host = _host(request)
+    name = request.path_params["worker"]
+    spec = next((s for s in host.pool.specs if name in s.names), None)
+    if spec is None:
+        raise NotFound(f"no worker '{name}'", param="worker", code="worker_not_found")
+    drain = request.query_params.get("drain", "true").lower() not in ("false", "0", "no")
+    with anyio.fail_after(host.settings.drain_timeout + host.settings.load_timeout):
+        if drain:
+            # New sessions wait in the queue meanwhile; none is refused for the restart.
+            async with host.admission(spec).exclusive():
+                supervisor = await _restart(host.pool, spec)
+        else:
+            supervisor = await _restart(host.pool, spec)
+    return JSONResponse({"worker": supervisor.snapshot()})
+
+
+async def _restart(pool: ModelPool, spec: ModelSpec) -> Any:
+    before = pool.supervisor(spec.id)
+    old_pid = before.pid if before is not None else None
+    supervisor = await pool.restart(spec.id)
+    await supervisor.wait_replaced(old_pid)
+    return supervisor
+
+
+admin_routes = [
+    Route("/admin/state", state, methods=["GET"]),
+    Route("/admin/events", events, methods=["GET"]),
+    Route("/admin/sessions", list_sessions, methods=["GET"]),
+    Route("/admin/sessions/{session}/cancel", cancel_session, methods=["POST"]),
+    Route("/admin/workers/{worker}/restart", restart_worker, methods=["POST"]),
+]

@@ -1,0 +1,101 @@
+"""GET /metrics: the host in Prometheus text format, through prometheus-client.
+
+Counters and histograms are fed as sessions close; gauges (running and waiting sessions, worker
+state, restarts, memory) are read from the live host at scrape time, so they are never stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .sessions import Session
+
+__all__ = ["CONTENT_TYPE", "HostMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+WORKER_STATES = ("starting", "ready", "restarting", "exhausted", "closed")
+
+
+class HostMetrics:
+    def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "mlxhost_requests", "Requests answered, by model and HTTP status", ["model", "status"],
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "mlxhost_tokens", "Tokens processed, by model and kind (prompt, completion)", ["model", "kind"],
+            registry=self.registry,
+        )
+        self.outcomes = Counter(
+            "mlxhost_sessions_closed", "Sessions closed, by model, outcome and reason",
+            ["model", "outcome", "reason"], registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "mlxhost_time_to_first_token_seconds", "From arrival to the first streamed text", ["model"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.token_latency = Histogram(
+            "mlxhost_token_latency_seconds", "Average time per generated token after the first", ["model"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+            registry=self.registry,
+        )
+        self.registry.register(_LiveCollector(read_state))
+
+    def session_closed(self, session: Session) -> None:
+        model = session.model
+        if session.status is not None:
+            self.requests.labels(model, str(session.status)).inc()
+        outcome = session.outcome
+        if outcome is not None:
+            reason = outcome.reason or outcome.finish_reason or outcome.code or ""
+            self.outcomes.labels(model, outcome.kind, reason).inc()
+        if session.prompt_tokens:
+            self.tokens.labels(model, "prompt").inc(session.prompt_tokens)
+        if session.tokens:
+            self.tokens.labels(model, "completion").inc(session.tokens)
+        if session.first_token_at is not None:
+            self.ttft.labels(model).observe(session.first_token_at - session.opened_clock)
+            if session.tokens > 1 and session.closed_clock is not None:
+                per_token = (session.closed_clock - session.first_token_at) / (session.tokens - 1)
+                self.token_latency.labels(model).observe(per_token)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _LiveCollector(Collector):
+    def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
+        self._read_state = read_state
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._read_state()
+        running = GaugeMetricFamily("mlxhost_sessions_running", "Sessions running, by model", labels=["model"])
+        waiting = GaugeMetricFamily("mlxhost_sessions_waiting", "Sessions waiting, by model", labels=["model"])
+        rejected = CounterMetricFamily(
+            "mlxhost_admission_rejected", "Requests refused with 429, by model", labels=["model"]
+        )
+        for model, stats in state["admission"].items():
+            running.add_metric([model], stats["active"])
+            waiting.add_metric([model], stats["queued"])
+            rejected.add_metric([model], stats["rejected"])
+        restarts = CounterMetricFamily("mlxhost_worker_restarts", "Worker respawns", labels=["worker"])
+        worker_state = GaugeMetricFamily(
+            "mlxhost_worker_state", "1 for the state each worker is in", labels=["worker", "state"]
+        )
+        memory = GaugeMetricFamily(
+            "mlxhost_worker_memory_bytes", "The worker's latest memory reading", labels=["worker", "kind"]
+        )
+        for worker in state["workers"]:
+            restarts.add_metric([worker["id"]], worker["restarts"])
+            for name in WORKER_STATES:
+                worker_state.add_metric([worker["id"], name], 1.0 if worker["state"] == name else 0.0)
+            for kind, value in (worker["memory"] or {}).items():
+                memory.add_metric([worker["id"], kind.removesuffix("_bytes")], value)
+        yield from (running, waiting, rejected, restarts, worker_state, memory)
