@@ -32,12 +32,31 @@ def _parser() -> argparse.ArgumentParser:
             serve.add_argument(flag, dest=field.name, action="append", metavar=field.name.upper(), help=help)
         else:
             serve.add_argument(flag, dest=field.name, metavar=field.name.upper(), help=help)
+    for name, help in (
+        ("status", "show a running host: workers, models, sessions (exit 1 if none can serve)"),
+        ("tui", "the operator console for a running host"),
+    ):
+        command = commands.add_parser(name, help=help, description=help)
+        where = command.add_mutually_exclusive_group()
+        where.add_argument("--url", help="the host's HTTP address (default: the local host)")
+        where.add_argument("--unix", help="the host's Unix socket")
+        command.add_argument("--token", help="admin token (default: MLXHOST_ADMIN_TOKEN, or the local host's)")
+        if name == "status":
+            command.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = vars(_parser().parse_args(argv))
-    command, config_file = args.pop("command"), args.pop("config")
+    command = args.pop("command")
+    if command == "status":
+        from .status import run_status
+
+        sys.exit(run_status(args["url"], args["unix"], args["token"], args["json"]))
+    if command == "tui":
+        _tui(args["url"], args["unix"], args["token"])
+        return
+    config_file = args.pop("config")
     try:
         settings = load_settings(cli=args, config_file=config_file)
     except ConfigError as exc:
@@ -63,3 +82,15 @@ def _serve(settings: Settings) -> None:
         anyio.run(serve, settings, backend="asyncio")
     except* (StartupError, ModelNotFound) as group:
         sys.exit(f"mlxhost: {group.exceptions[0]}")
+
+
+def _tui(url: str | None, unix: str | None, token: str | None) -> None:
+    from mlxhost_tui.app import make_app
+
+    from .admin_client import HostNotFound, find_target
+
+    try:
+        target = find_target(url, unix, token)
+    except HostNotFound as exc:
+        sys.exit(f"mlxhost: {exc}")
+    make_app(target).run()

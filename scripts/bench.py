@@ -786,7 +786,7 @@ class OverloadRun:
     extra_s: float  # how long extra requests were fired
     rejected_by_parent: int  # the parent's admission.rejected, the change over the run
     cpu_s: dict[str, float]  # CPU seconds over the run: parent, worker, client (this process)
-    problems: list[str]  # 429s that lack what the server promises
+    problems: dict[str, int]  # what 429s lacked of what the server promises, and how many
 
     @property
     def rejects_per_s(self) -> float:
@@ -815,9 +815,7 @@ class RawHTTP:
         self._reader = self._writer = None
 
     async def request(self, payload: bytes) -> tuple[int, dict[str, str], bytes]:
-        """Send `payload`; the status, the headers (lower-case names) and the body, when it has
-        a Content-Length. Other answers (a chunked one: an admitted request) are left unread and
-        the connection closed."""
+        """Send `payload`; the status, the headers (lower-case names) and the body."""
         await self.connect()
         assert self._reader is not None and self._writer is not None
         try:
@@ -830,15 +828,31 @@ class RawHTTP:
                 name, _, value = line.partition(":")
                 if name:
                     headers[name.strip().lower()] = value.strip()
-            body = b""
             if "content-length" in headers:
                 body = await self._reader.readexactly(int(headers["content-length"]))
-            if "content-length" not in headers or headers.get("connection") == "close":
+            elif headers.get("transfer-encoding", "").lower() == "chunked":
+                body = await self._chunked()
+            else:
+                body = await self._reader.read()  # to the end of the connection
+            if headers.get("connection", "").lower() == "close" or self._reader.at_eof():
                 self.close()
         except BaseException:
             self.close()  # also when cancelled: the server sees the client leave
             raise
         return status, headers, body
+
+
+    async def _chunked(self) -> bytes:
+        assert self._reader is not None
+        parts: list[bytes] = []
+        while True:
+            size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                while await self._reader.readuntil(b"\r\n") != b"\r\n":
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(await self._reader.readexactly(size))
+            await self._reader.readexactly(2)
 
 
 def raw_request(url: str, body: dict[str, Any]) -> tuple[str, int, bytes]:
@@ -932,7 +946,7 @@ async def overload_once(
     first_done = asyncio.Event()
     reject_ms: list[float] = []
     extra: collections.Counter[str] = collections.Counter()
-    problems: list[str] = []
+    problems: collections.Counter[str] = collections.Counter()
     host, port, payload = raw_request(str(client.base_url), chat_body(prompt, 1, stream=False))
     connections = [RawHTTP(host, port) for _ in range(OVERLOAD_EXTRA)] if overloaded else []
     for connection in connections:
@@ -959,8 +973,8 @@ async def overload_once(
                 if status == 429:
                     reject_ms.append((time.perf_counter() - began) * 1e3)
                     missing = check_refusal(headers, content)
-                    if missing and len(problems) < 10:
-                        problems.append(f"a 429 without {', '.join(missing)}: {content[:200]!r}")
+                    if missing:
+                        problems[f"429s without {', '.join(missing)}"] += 1
             pause = OVERLOAD_REFILL_S * rng.uniform(0.5, 1.5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(first_done.wait(), pause)
@@ -999,7 +1013,7 @@ async def overload_once(
         extra_s=extra_s,
         rejected_by_parent=after["rejected"] - idle["rejected"],
         cpu_s=cpu_s,
-        problems=problems,
+        problems=dict(problems),
     )
 
 
@@ -1426,6 +1440,7 @@ def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]
     # Round by round: each round has one run of each kind, next to each other.
     pairs = list(zip(unloaded, overloaded, strict=False))
     unloaded_runs = [r for r in runs if not r.overloaded]
+    empty: collections.Counter[str] = collections.Counter()
 
     def cores(kind: list[OverloadRun]) -> dict[str, float]:
         names = kind[0].cpu_s if kind else {}
@@ -1457,7 +1472,7 @@ def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]
         "cpu_cores": {"unloaded": cores(unloaded_runs), "overloaded": cores(loaded_runs)},
         "parent_cpu_ms_per_429": median(per_reject),
         "rejected_by_parent": sum(r.rejected_by_parent for r in loaded_runs),
-        "problems": [problem for r in runs for problem in r.problems],
+        "problems": dict(sum((collections.Counter(r.problems) for r in runs), empty)),
         "reject_ok": None if not rejects else p99 < REJECT_P99_TARGET_MS,
         "admitted_ok": admitted_ratio >= ADMITTED_RATIO_TARGET,
         "settings": {
@@ -1684,8 +1699,8 @@ def print_overload(overload: dict[str, Any]) -> None:
         f"{used('overloaded')}; the parent's extra CPU per 429 "
         f"{overload['parent_cpu_ms_per_429']:.2f} ms"
     )
-    for problem in overload["problems"]:
-        print(f"  problem: {problem}")
+    for problem, count in overload["problems"].items():
+        print(f"  problem: {count} {problem}")
 
 
 def print_table(

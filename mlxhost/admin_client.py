@@ -1,0 +1,103 @@
+"""A client of the host's admin API, for `mlxhost status` and the `mlxhost tui` dashboard.
+
+It finds a local host by itself (see `mlxhost.host.discovery`), or takes a URL or a Unix socket
+and a token. Server-sent events are parsed by httpx-sse.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from .host.discovery import find_host
+
+__all__ = ["AdminClient", "HostNotFound", "Target", "find_target"]
+
+
+class HostNotFound(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str | None = None
+    unix: str | None = None
+    token: str | None = None
+
+    def describe(self) -> str:
+        return self.url or f"unix:{self.unix}"
+
+
+def find_target(url: str | None = None, unix: str | None = None, token: str | None = None) -> Target:
+    """Where the host is and its token: the flags given, else the local host's own record."""
+    token = token or os.environ.get("MLXHOST_ADMIN_TOKEN")
+    local = find_host()
+    if url is None and unix is None:
+        if local is None:
+            raise HostNotFound(
+                "no local mlxhost is running (none announced itself); give --url or --unix"
+            )
+        # The Unix socket needs no token, but the local record always has one.
+        if local.get("unix"):
+            return Target(None, local["unix"], token or local.get("token"))
+        return Target(local.get("url"), None, token or local.get("token"))
+    if token is None and local is not None and (url is None or url.rstrip("/") == local.get("url")):
+        token = local.get("token")
+    return Target(url.rstrip("/") if url else None, unix, token)
+
+
+class AdminClient:
+    def __init__(self, target: Target, timeout: float = 5.0) -> None:
+        self.target = target
+        headers = {"authorization": f"Bearer {target.token}"} if target.token else {}
+        if target.unix:
+            transport = httpx.AsyncHTTPTransport(uds=target.unix)
+            self._http = httpx.AsyncClient(
+                base_url="http://mlxhost", transport=transport, headers=headers, timeout=timeout
+            )
+        else:
+            self._http = httpx.AsyncClient(base_url=target.url or "", headers=headers, timeout=timeout)
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def state(self) -> dict[str, Any]:
+        response = await self._http.get("/admin/state")
+        response.raise_for_status()
+        return response.json()  # type: ignore[no-any-return]
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        response = await self._http.get("/health")
+        return response.status_code, response.json()
+
+    async def cancel_session(self, session_id: str) -> int:
+        return (await self._http.post(f"/admin/sessions/{session_id}/cancel")).status_code
+
+    async def restart_worker(self, worker_id: str, drain: bool = True) -> int:
+        response = await self._http.post(
+            f"/admin/workers/{worker_id}/restart",
+            params={"drain": "true" if drain else "false"},
+            timeout=None,
+        )
+        return response.status_code
+
+    async def events(self, after: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Events after `after`, as they happen; ends when the host ends the stream."""
+        import json
+
+        headers = {"last-event-id": str(after)} if after is not None else {}
+        async with aconnect_sse(
+            self._http, "GET", "/admin/events", headers=headers, timeout=httpx.Timeout(5.0, read=None)
+        ) as source:
+            source.response.raise_for_status()
+            async for sse in source.aiter_sse():
+                if sse.data:
+                    yield json.loads(sse.data)

@@ -1,0 +1,118 @@
+"""`mlxhost status`: one look at a running host, as a table or JSON, for scripts and SSH."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import anyio
+import httpx
+
+from .admin_client import AdminClient, HostNotFound, Target, find_target
+
+__all__ = ["run_status"]
+
+
+def run_status(url: str | None, unix: str | None, token: str | None, as_json: bool) -> int:
+    try:
+        target = find_target(url, unix, token)
+    except HostNotFound as exc:
+        print(f"mlxhost: {exc}", file=sys.stderr)
+        return 1
+    try:
+        code, health, state = anyio.run(_read, target)
+    except httpx.HTTPStatusError as exc:
+        print(f"mlxhost: {target.describe()} answered {exc.response.status_code}: {exc.response.text}", file=sys.stderr)
+        return 1
+    except (httpx.TransportError, OSError) as exc:
+        print(f"mlxhost: cannot reach {target.describe()}: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps({"health": health, "state": state}, indent=2))
+    else:
+        print(render(target, health, state))
+    return 0 if code == 200 else 1
+
+
+async def _read(target: Target) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    async with AdminClient(target) as client:
+        code, health = await client.health()
+        return code, health, await client.state()
+
+
+def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str:
+    host = state["host"]
+    lines = [
+        f"mlxhost at {target.describe()}: {health['status']}, pid {host['pid']}, "
+        f"up {_duration(host['uptime_s'])}, event {state['seq']}",
+        "",
+        _table(
+            ["WORKER", "STATE", "PID", "RESTARTS", "UP", "IN FLIGHT", "MEMORY", "LAST EXIT"],
+            [
+                [
+                    w["id"],
+                    w["state"],
+                    str(w["pid"] or "-"),
+                    str(w["restarts"]),
+                    _duration(w["uptime_s"]) if w["uptime_s"] is not None else "-",
+                    str(w["in_flight"]),
+                    _bytes(w["memory"]["active_bytes"] + w["memory"]["cache_bytes"]) if w["memory"] else "-",
+                    _exit(w["last_exit"]),
+                ]
+                for w in state["workers"]
+            ],
+        ),
+        "",
+        _table(
+            ["MODEL", "RESIDENT", "ACTIVE", "QUEUED", "REJECTED"],
+            [
+                [
+                    m["id"] + (" (default)" if m["default"] else ""),
+                    "yes" if m["resident"] else "no",
+                    *(
+                        str(state["admission"].get(m["id"], {}).get(k, 0))
+                        for k in ("active", "queued", "rejected")
+                    ),
+                ]
+                for m in state["models"]
+            ],
+        ),
+        "",
+        f"sessions: {len(state['sessions']['live'])} live, {state['sessions']['closed']} closed "
+        f"of {state['sessions']['opened']} opened",
+    ]
+    for session in state["sessions"]["live"]:
+        lines.append(
+            f"  {session['id']}  {session['model']}  {session['state']}  {session['tokens']} tokens  "
+            f"{session['tokens_per_s']} tok/s  {_duration(session['age_s'])}"
+        )
+    return "\n".join(lines)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in [header, *rows])
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _bytes(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return str(count)
+
+
+def _exit(last: dict[str, Any] | None) -> str:
+    if not last:
+        return "-"
+    return f"signal {last['signal']}" if last["signal"] else f"code {last['code']}"
