@@ -52,12 +52,39 @@ Then, with both servers idle:
              within 10 s of their spawn wait --crash-backoff, 5 s; at most 3 respawns per 60 s),
              which are there for a model that cannot load, not what is measured here. Neither
              option changes how requests are served.
+  cancel     isolated server, --repeats times, before the kills: a greedy stream of max_tokens
+             3000 (tiny; 1000 for bench) read until 20 content frames came, then its connection
+             closed (t0); the worker's /health (over its Unix socket) is polled every 2 ms until
+             engine.cancelled went up and engine.active is 0 (t1). cancel_ms = t1 - t0, an upper
+             bound (it includes the polling); cancel_steps = the engine's last_cancel_lag_steps
+             (decode steps from the cancel reaching the engine to the sequence leaving the
+             batch). Also shown: the per-step time at c1 (1000 / the isolated single-stream
+             decode tok/s), cancel_ms in steps, the engine steps from just before the close to
+             t1, and the parent's outcome for the session (x-mlxhost-session). Target:
+             cancel_steps <= 1.
+  overload   a separate isolated server with --max-active 4 --max-queued 4, max(--repeats, 3)
+             rounds of two runs, in alternating order. Each run: 4 streams of 4 x max_tokens,
+             all admitted (the parent's /health polled until admission.active is 4), total tok/s
+             from their start to the last end. Unloaded: nothing else. Overloaded: from then
+             until the first admitted stream ends, 8 more clients (each on its own keep-alive
+             connection, speaking raw HTTP/1.1: an httpx request costs the client as much CPU as
+             the server's answer), each sending a non-streaming request with max_tokens 1 and,
+             after a 429, the next one 20 ms (+-50%) later: 4 of them wait in the queue, the
+             other 4 keep drawing 429s (about 150-200 a second). Then the unanswered ones (the
+             queued) close their connections, which takes them out of the queue; with
+             max_tokens 1, one admitted in between costs the streams one short prefill. reject_ms
+             is request sent to the whole 429 read, client side; each 429 is checked for
+             Retry-After, x-mlxhost-session and error type/code. CPU seconds of the parent, the
+             worker and this process are recorded per run. Targets: reject_ms p99 < 5 ms;
+             admitted_vs_unloaded (median overloaded tok/s / median unloaded) >= 0.95.
 
 JSON (--json): ratios.isolated_vs_raw and ratios.in_process_vs_raw (each with c1 = decode,
 c1_e2e, ttft_p50, and cN = total tok/s), ratios.isolated_vs_in_process,
 ttft_ms.p50.{raw,in_process,isolated}, results.{raw,in_process,isolated},
 rss_mb.{parent,worker,in_process}, recovery_s and worker_ready_s (medians), recovery.runs (each
-kill, split), targets. For older readers ratios.mlxhost_vs_raw and ttft_ms.p50.mlxhost remain, as
+kill, split), cancel_ms.{p50,max}, cancel_steps.{p50,max} and cancel (runs, per-step time,
+outcomes), overload (reject_ms.{p50,p99,max,count}, admitted_vs_unloaded, admitted_tok_s, CPU,
+runs), targets. For older readers ratios.mlxhost_vs_raw and ttft_ms.p50.mlxhost remain, as
 aliases of the isolated figures; results.mlxhost is gone.
 """
 
@@ -73,6 +100,7 @@ import os
 import platform
 import random
 import re
+import secrets
 import signal
 import statistics
 import subprocess
@@ -123,6 +151,9 @@ PARENT_RSS_TARGET_MB = 80.0
 MB = 1 << 20
 
 SESSION_HEADER = "x-mlxhost-session"
+# The admin API (/admin/sessions) needs a token on TCP; the isolated server is given this one.
+ADMIN_TOKEN = secrets.token_urlsafe(24)
+ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 # Cancellation: a long greedy stream, closed once this many content frames came.
 CANCEL_MAX_TOKENS = {"tiny": 3000, "bench": 1000}  # "custom" (--model): the tiny figure
 CANCEL_AFTER_FRAMES = 20
@@ -750,8 +781,12 @@ async def cancel_once(
     outcome = None
     deadline = time.perf_counter() + 2.0
     while session is not None and outcome is None and time.perf_counter() < deadline:
-        listing = (await client.get("/admin/sessions")).json()
-        outcome = next((s["outcome"] for s in listing["recent"] if s["id"] == session), None)
+        answer = await client.get("/admin/sessions", headers=ADMIN_HEADERS)
+        if answer.status_code != 200:
+            progress(f"warning: GET /admin/sessions answered {answer.status_code}: {answer.text}")
+            break
+        recent = answer.json()["recent"]
+        outcome = next((s["outcome"] for s in recent if s["id"] == session), None)
         if outcome is None:
             await asyncio.sleep(0.02)
     return CancelRun(
@@ -1216,6 +1251,8 @@ async def measure(
     for name in SERVED:  # one after the other, so that each loads on a quiet machine
         progress(f"{LABELS[name]}: starting the server")
         options = server_options(name, plan)
+        if name == "isolated":
+            options = [*options, "--admin-token", ADMIN_TOKEN]
         server = servers_stack.enter_context(
             running_server(name, plan.model_path, plan.max_batch, options)
         )

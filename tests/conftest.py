@@ -36,12 +36,12 @@ class Server:
     log: list[str] = field(default_factory=list)
     admin_token: str = ADMIN_TOKEN
 
-    def client(self, **kwargs: object) -> openai.OpenAI:
+    def client(self, api_key: str = "unused") -> openai.OpenAI:
         if self.url is None:
             assert self.unix is not None
             http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.unix)))
-            return openai.OpenAI(base_url="http://mlxhost/v1", api_key="unused", http_client=http, **kwargs)  # type: ignore[arg-type]
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", **kwargs)  # type: ignore[arg-type]
+            return openai.OpenAI(base_url="http://mlxhost/v1", api_key=api_key, http_client=http)
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key)
 
     def async_client(self, **kwargs: object) -> openai.AsyncOpenAI:
         assert self.url is not None

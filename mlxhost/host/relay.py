@@ -199,7 +199,7 @@ class SessionResponse:
         session.advance(SessionState.SETTLING)
         await client.start(upstream.status_code, upstream.headers)
         await client.body(content, more=False)
-        return _outcome_of_whole(upstream.status_code, content)
+        return _outcome_of_whole(upstream.status_code, content, session)
 
     async def _relay_stream(
         self, session: Session, client: _Client, upstream: httpx.Response, supervisor: Supervisor, pid: int
@@ -321,12 +321,15 @@ def _last(pattern: re.Pattern[bytes], data: bytes) -> bytes | None:
     return found.group(1) if found else None
 
 
-def _outcome_of_whole(status: int, content: bytes) -> Outcome:
+def _outcome_of_whole(status: int, content: bytes, session: Session) -> Outcome:
     try:
         data: Any = json.loads(content)
     except ValueError:
         data = None
     if 200 <= status < 300 and isinstance(data, dict):
+        usage = data.get("usage") or {}
+        session.tokens = usage.get("completion_tokens", session.tokens)
+        session.prompt_tokens = usage.get("prompt_tokens", session.prompt_tokens)
         choices = data.get("choices") or [{}]
         return Outcome.completed(choices[0].get("finish_reason"))
     error = data.get("error") if isinstance(data, dict) else None

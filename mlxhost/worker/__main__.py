@@ -32,6 +32,7 @@ from ..shutdown import Shutdown
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .sessions import GenerationSession
 
 MEMORY_INTERVAL = 1.0
 PROGRESS_INTERVAL = 0.25
@@ -69,6 +70,7 @@ async def _run(record: LaunchRecord, settings: Settings) -> None:
         print(ready.encode(), flush=True)
 
     async def background(engine: Engine) -> None:
+        engine.on_finished = _report_final
         async with anyio.create_task_group() as tg:
             tg.start_soon(shutdown.watch_signals)
             tg.start_soon(_watch_parent, shutdown)
@@ -128,6 +130,13 @@ async def _report_memory(engine: object) -> None:
             last = key
         with anyio.move_on_after(MEMORY_INTERVAL):
             await engine.wait_request_finished()
+
+
+def _report_final(session: GenerationSession) -> None:
+    if session.tag:
+        rate = session.tokens / max(time.monotonic() - session.created, 1e-3)
+        report = SessionProgress(session.tag, session.tokens, round(rate, 1), len(session.request.prompt))
+        print(report.encode(), flush=True)
 
 
 async def _report_progress(engine: Engine) -> None:

@@ -100,6 +100,8 @@ class Engine:
         self._finished = anyio.Event()
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
         self._sampler_cache = SamplerCache()
+        # Called on the event loop as each session ends, before its reader sees the end.
+        self.on_finished: Callable[[GenerationSession], None] | None = None
 
     @classmethod
     @asynccontextmanager
@@ -245,6 +247,8 @@ class Engine:
             if delta.finish_reason is not None:
                 self._sessions.discard(session)
                 finished = True
+                if self.on_finished is not None:
+                    self.on_finished(session)
         if finished:
             self._finished.set()
             self._finished = anyio.Event()
