@@ -197,7 +197,7 @@ class SessionResponse:
             await client.error(await _worker_failed(supervisor, pid))
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
         session.advance(SessionState.SETTLING)
-        await client.start(upstream.status_code, upstream.headers)
+        await client.start(upstream.status_code, upstream.headers, len(content))
         await client.body(content, more=False)
         return _outcome_of_whole(upstream.status_code, content, session)
 
@@ -239,12 +239,16 @@ class _Client:
         self.ended = False
         self.event_stream = False
 
-    async def start(self, status: int, headers: httpx.Headers | dict[str, str]) -> None:
+    async def start(
+        self, status: int, headers: httpx.Headers | dict[str, str], length: int | None = None
+    ) -> None:
         raw = [
             (k.lower().encode("latin-1"), v.encode("latin-1"))
             for k, v in headers.items()
             if k.lower() not in HOP_BY_HOP
         ]
+        if length is not None:  # a body we hold whole goes out with its length, not chunked
+            raw.append((b"content-length", str(length).encode()))
         raw.append((SESSION_HEADER.encode(), self._session.id.encode()))
         self.event_stream = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in raw)
         await self._guarded({"type": "http.response.start", "status": status, "headers": raw})
@@ -258,7 +262,7 @@ class _Client:
     async def error(self, error: APIError) -> Outcome:
         """Answer with `error` (nothing was sent yet) and return the outcome it means."""
         response = JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
-        await self.start(response.status_code, dict(response.headers))
+        await self.start(response.status_code, dict(response.headers), len(response.body))
         await self.body(bytes(response.body), more=False)
         if isinstance(error, WorkerFailed):
             return Outcome.cancelled(CancelReason.WORKER_EXITED)

@@ -1,0 +1,161 @@
+"""The console app: the network side. It reads the host's state, follows its events, and asks it
+to cancel sessions and restart workers, each in a Textual worker so that the screen never waits.
+
+One loop (`watch_host`) owns the event stream: it reads the state, subscribes after the state's
+`seq`, and on any failure says so and tries again, resuming after the last event it has. A second
+loop (`poll_state`) re-reads the state each second for what no event reports (admission counts,
+session states) and notices a connection that went quiet without closing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import httpx
+from textual import work
+from textual.app import App
+from textual.screen import Screen
+
+from mlxhost.admin_client import AdminClient, Target
+
+from .screens import MainScreen
+from .state import host_identity
+
+__all__ = ["ConsoleApp", "make_app"]
+
+RETRY_FIRST_S = 0.25
+RETRY_MAX_S = 2.0
+POLL_S = 1.0
+BACKLOG = 200  # events before the snapshot that a first connection asks for, for the log only
+POLL_FAILURES = 2  # polls that fail in a row before the event stream is started again
+
+
+class StreamEnded(Exception):
+    pass
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        code = exc.response.status_code
+        if code == 401:
+            return "HTTP 401: the host wants the admin token (--token)"
+        return f"HTTP {code}"
+    return str(exc) or type(exc).__name__
+
+
+class ConsoleApp(App[None]):
+    TITLE = "mlxhost"
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    Screen {
+        background: $surface;
+    }
+    """
+
+    def __init__(self, target: Target, *, clock: Callable[[], float] = time.time, live: bool = True) -> None:
+        super().__init__()
+        self.target = target
+        self.clock = clock
+        self.live = live
+        self.main = MainScreen(target.describe(), clock)
+
+    def get_default_screen(self) -> Screen[None]:
+        return self.main
+
+    def on_mount(self) -> None:
+        if self.live:
+            self.watch_host()
+            self.poll_state()
+
+    @work(exclusive=True, group="host")
+    async def watch_host(self) -> None:
+        delay = RETRY_FIRST_S
+        resync = False  # after stream.reset: our resume point is gone, start at the snapshot's
+        while True:
+            try:
+                async with AdminClient(self.target) as client:
+                    state = await client.state()
+                    if host_identity(state) != self.main.host:
+                        after = max(0, state["seq"] - BACKLOG)  # some history for the log
+                    elif resync:
+                        after = state["seq"]
+                    else:
+                        after = self.main.logged  # resume: the host replays what we missed
+                    self.main.ingest(state=state)
+                    self.main.set_connection("connected")
+                    delay, resync = RETRY_FIRST_S, False
+                    async with contextlib.aclosing(client.events(after=after)) as events:
+                        async for event in events:
+                            self.main.ingest(events=[event])
+                            if event["type"] == "stream.reset":
+                                resync = True
+                                break
+                            if event["type"] == "stream.lagged":
+                                break  # reconnect at once, resuming after the last event we have
+                        else:
+                            raise StreamEnded("the host ended the event stream")
+            except (httpx.HTTPError, OSError, ValueError, StreamEnded) as exc:
+                self.main.set_connection("disconnected", _why(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    @work(exclusive=True, group="poll")
+    async def poll_state(self) -> None:
+        failures = 0
+        async with AdminClient(self.target, timeout=POLL_S * 2) as client:
+            while True:
+                await asyncio.sleep(POLL_S)
+                if self.main.status.connection != "connected":
+                    failures = 0
+                    continue
+                try:
+                    state = await client.state()
+                except (httpx.HTTPError, OSError, ValueError):
+                    failures += 1
+                    if failures >= POLL_FAILURES:
+                        failures = 0
+                        self.watch_host()  # the stream may hang on a dead connection: start again
+                    continue
+                failures = 0
+                if host_identity(state) != self.main.host:
+                    self.watch_host()  # another host now answers here: the stream starts over
+                    continue
+                self.main.ingest(state=state)
+
+    @work(group="actions")
+    async def cancel_session(self, session_id: str) -> None:
+        try:
+            async with AdminClient(self.target) as client:
+                code = await client.cancel_session(session_id)
+        except httpx.HTTPError as exc:
+            self.notify(f"Could not cancel {session_id}: {_why(exc)}", severity="error")
+            return
+        if code == 202:
+            self.notify(f"Cancelling {session_id}.")
+        elif code == 404:
+            self.notify(f"{session_id} is already over.", severity="warning")
+        else:
+            self.notify(f"Cancelling {session_id}: HTTP {code}.", severity="error")
+
+    @work(group="actions")
+    async def restart_worker(self, worker_id: str) -> None:
+        self.notify(f"Restarting {worker_id}…")
+        try:
+            async with AdminClient(self.target) as client:
+                code = await client.restart_worker(worker_id)
+        except httpx.HTTPError as exc:
+            self.notify(f"Could not restart {worker_id}: {_why(exc)}", severity="error")
+            return
+        if code == 200:
+            self.notify(f"{worker_id} restarted.")
+        else:
+            self.notify(f"Restarting {worker_id}: HTTP {code}.", severity="error")
+
+
+def make_app(target: Target, *, clock: Callable[[], float] = time.time, live: bool = True) -> ConsoleApp:
+    """The console for `target`. Tests pass a fixed `clock`, and `live=False` to feed it themselves
+    through `app.main.ingest(state, events)` — the path the network loop uses."""
+    return ConsoleApp(target, clock=clock, live=live)

@@ -1,0 +1,284 @@
+"""The console's screens: the dashboard, a yes/no question, and the keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Input, Static
+
+from .state import HostInfo, host_identity
+from .widgets import AdmissionPanel, EventLog, FilterInput, SessionsTable, StatusBar, WorkersTable
+
+if TYPE_CHECKING:
+    from .app import ConsoleApp
+
+__all__ = ["ConfirmScreen", "HelpScreen", "MainScreen"]
+
+Event = dict[str, Any]
+TICK_S = 1.0
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Asks before something the operator cannot take back: y does it, n or escape does not."""
+
+    DEFAULT_CSS = """
+    ConfirmScreen {
+        align: center middle;
+    }
+    ConfirmScreen > Vertical {
+        width: 60;
+        max-width: 90%;
+        height: auto;
+        border: thick $warning;
+        background: $surface;
+        padding: 1 2;
+    }
+    ConfirmScreen .hint {
+        margin-top: 1;
+        color: $text-muted;
+    }
+    """
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str | Text) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.question, id="question")
+            yield Static("y  yes      n / esc  no", classes="hint")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+HELP = """\
+[b]mlxhost tui[/b] — the host's workers, sessions, admission and events, live.
+
+  [b]c[/b]        cancel the selected session (asks first)
+  [b]r[/b]        restart the selected worker, after its sessions finish (asks first)
+  [b]/[/b]        filter sessions and events by text; [b]esc[/b] clears it
+  [b]tab[/b]      move between workers, sessions and events
+  [b]↑ ↓[/b]      select a row
+  [b]?[/b]        this help
+  [b]q[/b]        quit
+
+Closed sessions stay a few seconds with their outcome, then fade out.
+Progress and memory readings update the tables, not the event log.
+When the host is unreachable the bar says so and the console reconnects by itself.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+    HelpScreen > Static {
+        width: 78;
+        max-width: 100%;
+        height: auto;
+        border: thick $primary;
+        background: $surface;
+        padding: 0 1;
+    }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "Close")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP)
+
+
+class MainScreen(Screen[None]):
+    """The dashboard. `ingest` is the one way in for what the host says, live or injected."""
+
+    DEFAULT_CSS = """
+    MainScreen > WorkersTable, MainScreen > SessionsTable, MainScreen > AdmissionPanel,
+    MainScreen > EventLog {
+        border: none;
+        border-top: solid $primary-muted;
+        border-title-color: $text;
+        border-title-style: bold;
+        background: $surface;
+    }
+    MainScreen > *:focus {
+        border-top: solid $accent;
+    }
+    MainScreen.-offline > WorkersTable, MainScreen.-offline > SessionsTable,
+    MainScreen.-offline > AdmissionPanel {
+        opacity: 70%;
+    }
+    """
+    BINDINGS = [
+        Binding("c", "cancel_session", "Cancel session"),
+        Binding("r", "restart_worker", "Restart worker"),
+        Binding("slash", "filter", "Filter"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    filter_text: reactive[str] = reactive("")
+
+    def __init__(self, where: str, clock: Callable[[], float]) -> None:
+        super().__init__()
+        self.clock = clock
+        self.status = StatusBar(where, clock)
+        self.worker_table = WorkersTable(clock)
+        self.admission = AdmissionPanel()
+        self.session_table = SessionsTable(clock)
+        self.event_log = EventLog()
+        self.filter = FilterInput()
+        self.host: tuple[int, float] | None = None
+        self.seq = 0  # the last event folded into the panels
+        self.logged = 0  # the last event written to the log
+
+    def compose(self) -> ComposeResult:
+        yield self.status.data_bind(MainScreen.filter_text)
+        yield self.worker_table
+        yield self.admission
+        yield self.session_table.data_bind(MainScreen.filter_text)
+        yield self.event_log.data_bind(MainScreen.filter_text)
+        yield self.filter
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.session_table.focus()
+        self.redraw()
+        self.set_interval(TICK_S, self.redraw)
+
+    @property
+    def console(self) -> ConsoleApp:
+        return self.app  # type: ignore[return-value]
+
+    # -- what the host says ----------------------------------------------------------------
+
+    def ingest(self, state: dict[str, Any] | None = None, events: Iterable[Event] = ()) -> None:
+        """Fold a state snapshot, then events, into the panels, each event once, in `seq` order.
+
+        A snapshot as new as what the panels show replaces it; an older one (a poll that crossed
+        events on the way) only refreshes what no event reports: admission counts, session states.
+        """
+        now = self.clock()
+        if state is not None:
+            identity = host_identity(state)
+            if identity != self.host:
+                if self.host is not None:
+                    self.event_log.note(f"a new host, pid {identity[0]}")
+                self.host, self.seq, self.logged = identity, 0, 0
+            stale = state["seq"] < self.seq
+            self.worker_table.load(state, now, stale)
+            self.session_table.load(state, now, stale)
+            self.admission.load(state)
+            if not stale:
+                self.status.host = HostInfo.from_state(state, now)
+                self.seq = state["seq"]
+            elif self.status.host is not None:
+                self.status.host.accepting = state["host"]["accepting"]
+        for event in events:
+            if event["type"].startswith("stream."):
+                self.event_log.add(event)  # about the stream, not the host: it moves no seq
+                continue
+            seq = event["seq"]
+            if seq > self.logged:
+                self.event_log.add(event)
+                self.logged = seq
+            if seq <= self.seq:
+                continue  # the snapshot already holds it
+            self.seq = seq
+            self.worker_table.apply(event)
+            self.session_table.apply(event)
+            self.admission.apply(event)
+            if self.status.host is not None:
+                self.status.host.on_event(event)
+        self.redraw()
+
+    def set_connection(self, connection: str, detail: str = "") -> None:
+        if connection == "disconnected" and self.status.connection == "connected":
+            self.event_log.note(f"lost the host: {detail}" if detail else "lost the host")
+        self.status.connection = connection
+        self.status.detail = detail
+        self.set_class(connection == "disconnected", "-offline")
+        for panel in (self.worker_table, self.session_table, self.admission):
+            panel.border_subtitle = "last known" if connection == "disconnected" else ""
+
+    def note(self, message: str) -> None:
+        self.event_log.note(message)
+
+    def redraw(self) -> None:
+        if not self.is_mounted:
+            return
+        self.session_table.expire(self.clock())
+        self.worker_table.redraw()
+        self.session_table.redraw()
+        self.admission.redraw()
+        self.status.seq = self.seq
+        self.status.live = self.session_table.live
+        self.status.refresh()
+
+    # -- filter ----------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        self.filter.add_class("-shown")
+        self.filter.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input is self.filter:
+            self.filter_text = event.value.strip()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input is self.filter:
+            if not event.value.strip():
+                self.filter.remove_class("-shown")
+            self.session_table.focus()
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+
+    def action_cancel_session(self) -> None:
+        session = self.session_table.selected
+        if session is None:
+            self.notify("No session is selected.", severity="warning")
+            return
+        if session.closed:
+            self.notify(f"{session.id} is already over.", severity="warning")
+            return
+        question = Text.assemble(
+            "Cancel session ", (session.id, "bold"), f" on {session.model}?\n",
+            f"It has made {session.tokens} tokens; its client gets a 'cancelled' error.",
+        )
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.console.cancel_session(session.id)
+
+        self.app.push_screen(ConfirmScreen(question), answer)
+
+    def action_restart_worker(self) -> None:
+        worker = self.worker_table.selected
+        if worker is None:
+            self.notify("No worker is selected.", severity="warning")
+            return
+        busy = f" after its {worker.in_flight} running request(s) finish" if worker.in_flight else ""
+        question = Text.assemble(
+            "Restart worker ", (worker.id, "bold"), f" (pid {worker.pid or '-'})?\n",
+            f"A new process loads {worker.model}{busy}; new requests wait meanwhile.",
+        )
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.console.restart_worker(worker.id)
+
+        self.app.push_screen(ConfirmScreen(question), answer)
