@@ -77,6 +77,35 @@ Then, with both servers idle:
              Retry-After, x-mlxhost-session and error type/code. CPU seconds of the parent, the
              worker and this process are recorded per run. Targets: reject_ms p99 < 5 ms;
              admitted_vs_unloaded (median overloaded tok/s / median unloaded) >= 0.95.
+  events     the admin event stream (GET /admin/events, SSE), isolated server, after the cancel
+             runs and before the kills. Latency: a subscriber through
+             mlxhost.admin_client.AdminClient (what `mlxhost tui` reads), live before the first
+             request (it resumes, Last-Event-ID, just before the last published event, and waits
+             for it); then 20 non-streaming requests of max_tokens 8, one after the other (one
+             more first, not counted). For each session (x-mlxhost-session): session.opened from
+             the request's start, session.closed from the response read, to the event's arrival
+             at the subscriber, all on this process's perf_counter. Also shown: the event's `at`
+             (the parent's wall clock, ms) to the arrival; and, during the recovery runs, each
+             kill -9 to its worker.exited event's arrival. Target: p95 <= 250 ms (over the
+             session events; worker.exited checked alike, by its max).
+             Lagging subscriber: max(--repeats, 4) rounds of two runs, in alternating order, each
+             4 greedy streams of 4 x max_tokens, total tok/s. One run with no admin subscriber;
+             the other with a raw TCP subscriber (SO_RCVBUF 4096, set before connect) that reads
+             the response head and then nothing, and an AdminClient that reads everything, both
+             connected before the streams start. Every run waits 0.5 s before its streams start
+             (after the subscribers' setup, where there are subscribers), so that neither kind
+             runs into what the host and the worker still do after the run before. After each
+             run with subscribers the raw socket is read: a drop would end its stream with
+             stream.lagged (the host drops a subscriber with 512 events waiting, which only
+             happens once the kernel's socket buffers are full, far more than the events of one
+             run). CPU seconds of the parent, the worker and this
+             process (which runs the reading subscriber too) are recorded. Target: median with /
+             median without >= 0.98.
+             The hub alone (after the servers stopped): mlxhost.host.events.EventHub in this
+             process, under anyio: 100,000 events published, a checkpoint after each (as the
+             host's publishers, each in a task step of its own), one subscriber that never reads
+             and one reading in a task. Target: >= 1,000 events/s, the reader gets every event
+             and the other is dropped with stream.lagged.
 
 JSON (--json): ratios.isolated_vs_raw and ratios.in_process_vs_raw (each with c1 = decode,
 c1_e2e, ttft_p50, and cN = total tok/s), ratios.isolated_vs_in_process,
@@ -84,8 +113,11 @@ ttft_ms.p50.{raw,in_process,isolated}, results.{raw,in_process,isolated},
 rss_mb.{parent,worker,in_process}, recovery_s and worker_ready_s (medians), recovery.runs (each
 kill, split), cancel_ms.{p50,max}, cancel_steps.{p50,max} and cancel (runs, per-step time,
 outcomes), overload (reject_ms.{p50,p99,max,count}, admitted_vs_unloaded, admitted_tok_s, CPU,
-runs), targets. For older readers ratios.mlxhost_vs_raw and ttft_ms.p50.mlxhost remain, as
-aliases of the isolated figures; results.mlxhost is gone.
+runs), event_latency_ms.{p50,p95,max} (with by_type, publish_to_arrival_ms, worker_exited,
+samples), events.hub_events_per_s and events.lagging_subscriber_ratio (with tok/s, CPU, events
+per run, what the lagging subscriber got, hub_micro, runs), targets. For older readers
+ratios.mlxhost_vs_raw and ttft_ms.p50.mlxhost remain, as aliases of the isolated figures;
+results.mlxhost is gone.
 """
 
 from __future__ import annotations
@@ -102,6 +134,7 @@ import random
 import re
 import secrets
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -113,6 +146,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import anyio
+import anyio.lowlevel
 import httpx
 import mlx.core as mx
 import mlx_lm
@@ -128,6 +163,8 @@ except ImportError:
     # Run straight from a checkout, without the package installed.
     sys.path.insert(0, str(REPO_ROOT))
     from mlxhost import demo
+from mlxhost.admin_client import AdminClient, Target
+from mlxhost.host.events import SUBSCRIBER_BUFFER, EventHub
 
 READY = re.compile(r"mlxhost ready: .* on (http://[\d.]+:\d+)")
 LOADED = re.compile(r"\(loaded in ([\d.]+)s\)")  # the in-process ready line
@@ -170,6 +207,21 @@ OVERLOAD_TOKENS_FACTOR = 4  # the admitted streams' max_tokens: this many times 
 OVERLOAD_MIN_ROUNDS = 3  # rounds (one unloaded and one overloaded run each), even with --quick
 REJECT_P99_TARGET_MS = 5.0
 ADMITTED_RATIO_TARGET = 0.95
+# The admin event stream: event latency over short sequential requests; generation with a lagging
+# subscriber against none; the hub alone.
+EVENT_REQUESTS = 20
+EVENT_MAX_TOKENS = 8
+EVENT_WAIT_S = 5.0  # for an event to arrive before it counts as missing
+EVENT_LATENCY_P95_TARGET_MS = 250.0
+LAGGING_STREAMS = 4
+LAGGING_TOKENS_FACTOR = 4  # the streams' max_tokens: this many times --max-tokens
+LAGGING_MIN_ROUNDS = 4  # rounds (one run without and one with subscribers), even with --quick
+LAGGING_RCVBUF = 4096  # the lagging subscriber's SO_RCVBUF (the kernel doubles it)
+LAGGING_READ_S = 3.0  # at most this long reading what it was sent, after a run
+LAGGING_SETTLE_S = 0.5  # the pause before each run, with or without subscribers
+LAGGING_RATIO_TARGET = 0.98
+HUB_EVENTS = 100_000
+HUB_EVENTS_PER_S_TARGET = 1000.0
 
 DEFAULT_MAX_TOKENS = {"tiny": 256, "bench": 64}
 QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
@@ -557,7 +609,12 @@ async def isolated_worker(client: httpx.AsyncClient) -> dict[str, Any]:
     return dict(workers[0])
 
 
-async def recover_once(server: Server, client: httpx.AsyncClient, prompt: str) -> Recovery:
+async def recover_once(
+    server: Server,
+    client: httpx.AsyncClient,
+    prompt: str,
+    kills: list[tuple[int, float]] | None = None,
+) -> Recovery:
     before = await isolated_worker(client)
     if before.get("state") != "ready" or not before.get("pid") or before.get("ready_s") is None:
         raise RuntimeError(f"the worker is not ready before the kill: {before}")
@@ -582,6 +639,8 @@ async def recover_once(server: Server, client: httpx.AsyncClient, prompt: str) -
     retry_after: set[str] = set()
     killed = time.perf_counter()
     os.kill(pid, signal.SIGKILL)
+    if kills is not None:
+        kills.append((pid, killed))  # for the worker.exited event's latency
     while True:
         if time.perf_counter() - killed > RECOVERY_DEADLINE_S:
             raise RuntimeError(
@@ -1108,6 +1167,413 @@ def overload_options() -> list[str]:
     return ["--max-active", str(OVERLOAD_MAX_ACTIVE), "--max-queued", str(OVERLOAD_MAX_QUEUED)]
 
 
+# -- the admin event stream (isolated server) ------------------------------------------------------
+
+
+class EventWatcher:
+    """A subscriber of the parent's /admin/events through `AdminClient`, what `mlxhost tui` reads:
+    each event with when it arrived here (perf_counter, and wall time for the event's `at`)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = AdminClient(Target(url=url, token=ADMIN_TOKEN))
+        self.arrivals: list[tuple[float, float, dict[str, Any]]] = []  # (perf, unix s, event)
+        self.live_from = 0  # arrivals from this index on came live, not from the ring
+        self.seq_at_start = 0  # the host's last seq when the subscription began
+        self.error: BaseException | None = None
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> EventWatcher:
+        """Subscribe and return once the subscription is live: it resumes just before the last
+        published event (Last-Event-ID), which the ring sends back at once."""
+        seq = int((await self.client.state())["seq"])
+        self.seq_at_start = seq
+        self._task = asyncio.create_task(self._read(seq - 1 if seq > 0 else None))
+        if seq > 0:
+            await self.wait_for(lambda e: e["seq"] >= seq, EVENT_WAIT_S)
+        else:
+            await asyncio.sleep(0.2)  # nothing to resume from (a host publishes host.started)
+        self.live_from = len(self.arrivals)
+        return self
+
+    async def _read(self, after: int | None) -> None:
+        try:
+            async for event in self.client.events(after):
+                self.arrivals.append((time.perf_counter(), time.time(), event))
+                self._arrived.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported by wait_for and the summary
+            self.error = exc
+            self._arrived.set()
+
+    async def wait_for(
+        self, match: Any, timeout: float, since: int = 0
+    ) -> tuple[float, float, dict[str, Any]] | None:
+        """The first arrival from index `since` whose event `match`es; None after `timeout`."""
+        deadline = time.perf_counter() + timeout
+        checked = since
+        while True:
+            for index in range(checked, len(self.arrivals)):
+                if match(self.arrivals[index][2]):
+                    return self.arrivals[index]
+            checked = len(self.arrivals)
+            left = deadline - time.perf_counter()
+            if left <= 0 or self.error is not None or (self._task and self._task.done()):
+                return None
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left)
+
+    def live(self) -> list[tuple[float, float, dict[str, Any]]]:
+        return self.arrivals[self.live_from :]
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.client.__aexit__(None, None, None)
+
+
+@dataclass(frozen=True)
+class EventSample:
+    """One event's latency: from what caused it, seen by this process, to its arrival here."""
+
+    type: str
+    # From the request's start (session.opened), the response read (session.closed) or the
+    # kill -9 (worker.exited):
+    latency_ms: float
+    publish_to_arrival_ms: float  # the event's `at` (the parent's wall clock, ms) to its arrival
+
+
+def event_sample(
+    event: dict[str, Any], arrival: tuple[float, float, Any], cause: float
+) -> EventSample:
+    at_perf, at_wall, _ = arrival
+    return EventSample(event["type"], (at_perf - cause) * 1e3, at_wall * 1e3 - event["at"])
+
+
+async def measure_event_latency(
+    client: httpx.AsyncClient, url: str, prompt: str
+) -> tuple[list[EventSample], dict[str, int], str | None]:
+    """EVENT_REQUESTS short chat requests one after the other, with an AdminClient subscribed:
+    each session's session.opened, from the request's start, and session.closed, from the
+    response's arrival, to the event's arrival at the subscriber. One request first, unmeasured."""
+    watcher = await EventWatcher(url).start()
+    samples: list[EventSample] = []
+    missing: collections.Counter[str] = collections.Counter()
+    body = chat_body(prompt, EVENT_MAX_TOKENS, stream=False)
+    try:
+        for number in range(EVENT_REQUESTS + 1):
+            since = len(watcher.arrivals)
+            began = time.perf_counter()
+            response = await client.post("/v1/chat/completions", json=body)
+            answered = time.perf_counter()
+            if response.status_code != 200:
+                raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
+            session = response.headers.get(SESSION_HEADER)
+            if session is None:
+                raise RuntimeError(f"no {SESSION_HEADER} header on a chat completion")
+            found = {}
+            for kind in ("session.opened", "session.closed"):
+                arrival = await watcher.wait_for(
+                    lambda e, kind=kind, session=session: (
+                        e["type"] == kind and e.get("session") == session
+                    ),
+                    EVENT_WAIT_S,
+                    since,
+                )
+                if arrival is None:
+                    missing[kind] += 1
+                else:
+                    found[kind] = arrival
+            if number == 0:
+                continue  # the warm-up
+            for kind, arrival in found.items():
+                cause = began if kind == "session.opened" else answered
+                samples.append(event_sample(arrival[2], arrival, cause))
+        types = collections.Counter(e["type"] for _, _, e in watcher.live())
+    finally:
+        await watcher.stop()
+    error = None if watcher.error is None else f"{type(watcher.error).__name__}: {watcher.error}"
+    if missing:
+        progress(f"warning: events that never arrived: {dict(missing)}")
+    return samples, dict(types), error
+
+
+class LaggingSubscriber:
+    """A raw TCP client of /admin/events with a small receive buffer that reads the response's
+    head (so the subscription exists) and then nothing, until `finish` reads what came."""
+
+    def __init__(self, url: str) -> None:
+        parsed = httpx.URL(url)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # Before connect, so that the window it announces is small from the start.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LAGGING_RCVBUF)
+        self.sock.settimeout(5.0)
+        self.sock.connect((parsed.host, parsed.port or 80))
+        self.sock.sendall(
+            (
+                f"GET /admin/events HTTP/1.1\r\nHost: {parsed.host}:{parsed.port}\r\n"
+                f"Authorization: Bearer {ADMIN_TOKEN}\r\nAccept: text/event-stream\r\n\r\n"
+            ).encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:  # a byte at a time: nothing past the head is read
+            byte = self.sock.recv(1)
+            if not byte:
+                raise RuntimeError(f"/admin/events closed the connection: {head!r}")
+            head += byte
+        status = head.split(b"\r\n", 1)[0]
+        if b" 200 " not in status + b" ":
+            raise RuntimeError(f"/admin/events answered {status!r}")
+
+    def finish(self) -> dict[str, Any]:
+        """Read what the server had queued for it (at most LAGGING_READ_S, until a pause), close."""
+        self.sock.settimeout(0.3)
+        data = bytearray()
+        began = time.perf_counter()
+        ended = False
+        try:
+            while time.perf_counter() - began < LAGGING_READ_S:
+                chunk = self.sock.recv(1 << 16)
+                if not chunk:
+                    ended = True
+                    break
+                data += chunk
+        except (TimeoutError, OSError):
+            pass
+        finally:
+            self.sock.close()
+        types = [
+            json.loads(line[len(b"data:") :]).get("type")
+            for line in bytes(data).split(b"\n")
+            if line.startswith(b"data:") and line.rstrip().endswith(b"}")
+        ]
+        return {
+            "bytes": len(data),
+            "events": len(types),
+            "last_type": types[-1] if types else None,
+            "dropped": bool(types) and types[-1] == "stream.lagged",
+            "stream_ended": ended,
+        }
+
+
+@dataclass(frozen=True)
+class HubRun:
+    """LAGGING_STREAMS greedy streams, with or without the two admin subscribers."""
+
+    subscribers: bool
+    batch: BatchRun
+    cpu_s: dict[str, float]  # parent, worker, client (this process, the reading subscriber too)
+    events_published: int | None  # seq after the run minus seq before (with subscribers)
+    events_seen: int | None  # by the reading subscriber, during the run
+    lagging: dict[str, Any] | None  # LaggingSubscriber.finish()
+
+
+async def hub_once(
+    bench: HTTPBench, url: str, subscribers: bool, max_tokens: int, pids: dict[str, int]
+) -> HubRun:
+    lagging: LaggingSubscriber | None = None
+    watcher: EventWatcher | None = None
+    try:
+        if subscribers:
+            lagging = await asyncio.to_thread(LaggingSubscriber, url)
+            watcher = await EventWatcher(url).start()
+        # Both kinds start alike, after a pause: the host's and the worker's work after the last
+        # run (memory readings, session bookkeeping) done, and the subscribers' setup too.
+        await asyncio.sleep(LAGGING_SETTLE_S)
+        clock = CPUClock(pids)
+        batch = await bench.batch(LAGGING_STREAMS, max_tokens)
+        cpu_s = clock.elapsed()
+        published = seen = None
+        finished = None
+        if watcher is not None and lagging is not None:
+            # Everything published up to the run's end, and what of it the reader got.
+            start, end = watcher.seq_at_start, int((await watcher.client.state())["seq"])
+            await watcher.wait_for(lambda e: e["seq"] >= end, EVENT_WAIT_S, watcher.live_from)
+            published = end - start
+            seen = len({e["seq"] for _, _, e in watcher.arrivals if start < e["seq"] <= end})
+            finished = await asyncio.to_thread(lagging.finish)
+            lagging = None
+    finally:
+        if watcher is not None:
+            await watcher.stop()
+        if lagging is not None:
+            lagging.sock.close()
+    return HubRun(subscribers, batch, cpu_s, published, seen, finished)
+
+
+def describe_hub(run: HubRun) -> str:
+    cores = ", ".join(f"{n} {s / run.batch.wall_s:.2f}" for n, s in run.cpu_s.items())
+    text = f"{describe_batch(run.batch)}; CPU cores used: {cores}"
+    if run.subscribers and run.lagging is not None:
+        text += (
+            f"; {run.events_published} events published, {run.events_seen} seen by the reading "
+            f"subscriber; the lagging one got {run.lagging['events']} "
+            f"({run.lagging['bytes']} bytes) when read afterwards, last "
+            f"{run.lagging['last_type']}"
+        )
+    return text
+
+
+async def measure_hub_ratio(
+    client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int, rounds: int
+) -> list[HubRun]:
+    """Rounds of two runs in alternating order: no admin subscriber, then a lagging (never reading)
+    raw subscriber and a reading AdminClient."""
+    bench = HTTPBench(client, prompt, max_tokens)
+    worker = await isolated_worker(client)
+    parent = (await client.get("/admin/state", headers=ADMIN_HEADERS)).json()["host"]["pid"]
+    pids = {"parent": int(parent), "worker": int(worker["pid"]), "client": os.getpid()}
+    runs: list[HubRun] = []
+    for number in range(rounds):
+        kinds = (False, True) if number % 2 == 0 else (True, False)
+        for subscribers in kinds:
+            run = await hub_once(bench, url, subscribers, max_tokens, pids)
+            runs.append(run)
+            kind = "with subscribers" if subscribers else "no subscriber"
+            progress(f"  event hub {number + 1}/{rounds} {kind}: {describe_hub(run)}")
+    return runs
+
+
+async def hub_throughput(events: int = HUB_EVENTS) -> dict[str, Any]:
+    """The EventHub alone, in this process: publish `events` events, yielding to the scheduler
+    after each (as the host's publishers, each in its own task step, do), with one subscriber
+    that never reads and one that reads everything in a task."""
+    hub = EventHub()
+    lagging = hub.subscribe()
+    draining = hub.subscribe()
+    received = 0
+    done = anyio.Event()
+
+    async def drain() -> None:
+        nonlocal received
+        async for _ in draining:
+            received += 1
+            if received >= events:
+                break
+        done.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(drain)
+        await anyio.lowlevel.checkpoint()
+        began = time.perf_counter()
+        for number in range(events):
+            hub.publish(
+                "session.progress", session="s-bench", model="bench", tokens=number,
+                tokens_per_s=123.4,
+            )  # fmt: skip
+            await anyio.lowlevel.checkpoint()
+        published = time.perf_counter()
+        with anyio.move_on_after(10):
+            await done.wait()
+        drained = time.perf_counter()
+        tasks.cancel_scope.cancel()
+    queued = []
+    with anyio.move_on_after(1):  # its sender is closed once it was dropped
+        queued = [event async for event in lagging]
+    await lagging.aclose()  # type: ignore[attr-defined]  # a _Subscription
+    await draining.aclose()  # type: ignore[attr-defined]
+    wall = drained - began
+    return {
+        "events": events,
+        "events_per_s": events / wall,
+        "wall_s": wall,
+        "publish_s": published - began,
+        "received_by_reader": received,
+        "reader_kept": received == events,
+        "dropped_subscribers": hub.dropped_subscribers,
+        "lagging_got": len(queued),
+        "lagging_last_type": queued[-1]["type"] if queued else None,
+        "lagging_dropped": bool(queued) and queued[-1]["type"] == "stream.lagged",
+    }
+
+
+def event_latency_summary(
+    samples: list[EventSample],
+    exits: list[EventSample],
+    types: dict[str, int],
+    error: str | None,
+    exits_missing: int,
+) -> dict[str, Any]:
+    def stats(values: list[float]) -> dict[str, Any]:
+        return {
+            "p50": percentile(values, 50),
+            "p95": percentile(values, 95),
+            "max": max(values, default=float("nan")),
+            "count": len(values),
+        }
+
+    latency = [s.latency_ms for s in samples]
+    p95 = percentile(latency, 95)
+    exit_ms = [s.latency_ms for s in exits]
+    return {
+        **stats(latency),
+        "by_type": {
+            kind: stats([s.latency_ms for s in samples if s.type == kind])
+            for kind in ("session.opened", "session.closed")
+        },
+        "publish_to_arrival_ms": stats([s.publish_to_arrival_ms for s in samples]),
+        "worker_exited": {
+            **stats(exit_ms),
+            "missing": exits_missing,
+            "publish_to_arrival_ms": stats([s.publish_to_arrival_ms for s in exits]),
+            "ok": None if not exit_ms else max(exit_ms) <= EVENT_LATENCY_P95_TARGET_MS,
+        },
+        "meets_target": bool(latency) and p95 <= EVENT_LATENCY_P95_TARGET_MS,
+        "types_seen": types,
+        "subscriber_error": error,
+        "settings": {"requests": EVENT_REQUESTS, "max_tokens": EVENT_MAX_TOKENS},
+        "samples": [asdict(s) for s in samples],
+        "worker_exited_samples": [asdict(s) for s in exits],
+    }
+
+
+def events_summary(runs: list[HubRun], hub: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    plain = [r for r in runs if not r.subscribers]
+    subscribed = [r for r in runs if r.subscribers]
+    plain_tok_s = [r.batch.total_tok_s for r in plain]
+    subscribed_tok_s = [r.batch.total_tok_s for r in subscribed]
+    lagging_ratio = ratio(median(subscribed_tok_s), median(plain_tok_s))
+
+    def cores(kind: list[HubRun]) -> dict[str, float]:
+        names = kind[0].cpu_s if kind else {}
+        return {n: median([r.cpu_s[n] / r.batch.wall_s for r in kind]) for n in names}
+
+    lagging = [r.lagging for r in subscribed if r.lagging is not None]
+    return {
+        "hub_events_per_s": hub["events_per_s"],
+        "lagging_subscriber_ratio": lagging_ratio,
+        "lagging_subscriber_ratio_by_round": [
+            ratio(s, p) for p, s in zip(plain_tok_s, subscribed_tok_s, strict=False)
+        ],
+        "tok_s": {
+            "no_subscriber": median(plain_tok_s),
+            "with_subscribers": median(subscribed_tok_s),
+        },
+        "cpu_cores": {"no_subscriber": cores(plain), "with_subscribers": cores(subscribed)},
+        "events_published_per_run": [r.events_published for r in subscribed],
+        "events_seen_by_reader_per_run": [r.events_seen for r in subscribed],
+        "lagging_dropped": [entry["dropped"] for entry in lagging],
+        "lagging_received": lagging,
+        "hub_micro": hub,
+        "hub_ok": hub["events_per_s"] >= HUB_EVENTS_PER_S_TARGET
+        and hub["reader_kept"]
+        and hub["lagging_dropped"],
+        "lagging_ok": lagging_ratio >= LAGGING_RATIO_TARGET,
+        "settings": {
+            "streams": LAGGING_STREAMS,
+            "max_tokens": max_tokens,
+            "rounds": min(len(plain), len(subscribed)),
+            "lagging_rcvbuf": LAGGING_RCVBUF,
+            "hub_events": hub["events"],
+            "subscriber_buffer": SUBSCRIBER_BUFFER,
+        },
+        "runs": [{**asdict(r), "total_tok_s": r.batch.total_tok_s} for r in runs],
+    }
+
+
 # -- the run -------------------------------------------------------------------------------------
 
 
@@ -1311,11 +1777,43 @@ async def measure(
             cancels.append(cancel)
             progress(f"  cancel {repeat + 1}/{plan.repeats}: {describe_cancel(cancel)}")
 
+        # The admin event stream, also before any kill: event latency, then generation with and
+        # without a lagging subscriber.
+        isolated_url = str(isolated.base_url)
+        event_samples, event_types, event_error = await measure_event_latency(
+            isolated, isolated_url, prompt
+        )
+        latencies = [s.latency_ms for s in event_samples]
+        progress(
+            f"  event latency: {len(latencies)} events, p50 {percentile(latencies, 50):.1f} ms, "
+            f"p95 {percentile(latencies, 95):.1f} ms, max {max(latencies, default=math.nan):.1f} ms"
+        )
+        hub_tokens = plan.max_tokens * LAGGING_TOKENS_FACTOR
+        hub_rounds = max(plan.repeats, LAGGING_MIN_ROUNDS)
+        hub_runs = await measure_hub_ratio(isolated, isolated_url, prompt, hub_tokens, hub_rounds)
+
+        # Recovery, with a subscriber that times each kill's worker.exited event.
         recoveries: list[Recovery] = []
-        for repeat in range(plan.repeats):
-            run = await recover_once(servers["isolated"], isolated, prompt)
-            recoveries.append(run)
-            progress(f"  recovery {repeat + 1}/{plan.repeats}: {describe_recovery(run)}")
+        kills: list[tuple[int, float]] = []
+        exit_samples: list[EventSample] = []
+        exits_missing = 0
+        exit_watcher = await EventWatcher(isolated_url).start()
+        try:
+            for repeat in range(plan.repeats):
+                run = await recover_once(servers["isolated"], isolated, prompt, kills)
+                recoveries.append(run)
+                progress(f"  recovery {repeat + 1}/{plan.repeats}: {describe_recovery(run)}")
+            for pid, killed in kills:
+                arrival = await exit_watcher.wait_for(
+                    lambda e, pid=pid: e["type"] == "worker.exited" and e.get("pid") == pid,
+                    EVENT_WAIT_S,
+                )
+                if arrival is None:
+                    exits_missing += 1
+                else:
+                    exit_samples.append(event_sample(arrival[2], arrival, killed))
+        finally:
+            await exit_watcher.stop()
 
     overloads = await measure_overload(plan, prompt)
     imports_s = worker_import_s()
@@ -1330,6 +1828,13 @@ async def measure(
         "overloads": overloads,
         "worker_import_s": imports_s,
         "in_process_load_s": servers["in_process"].load_s,
+        "event_samples": event_samples,
+        "event_types": event_types,
+        "event_error": event_error,
+        "exit_samples": exit_samples,
+        "exits_missing": exits_missing,
+        "hub_runs": hub_runs,
+        "hub_max_tokens": hub_tokens,
     }
 
 
@@ -1740,6 +2245,97 @@ def print_overload(overload: dict[str, Any]) -> None:
         print(f"  problem: {count} {problem}")
 
 
+def print_events(latency: dict[str, Any], events: dict[str, Any]) -> None:
+    def ms(stats: dict[str, Any]) -> str:
+        if not stats["count"]:
+            return "none"
+        return (
+            f"p50 {stats['p50']:.1f} ms, p95 {stats['p95']:.1f} ms, max {stats['max']:.1f} ms "
+            f"over {stats['count']}"
+        )
+
+    settings = latency["settings"]
+    print()
+    print(
+        f"admin event stream (isolated: GET /admin/events through AdminClient, what mlxhost tui "
+        f"reads; {settings['requests']} sequential non-streaming requests of max_tokens "
+        f"{settings['max_tokens']}):"
+    )
+    verdict = "pass" if latency["meets_target"] else "FAIL"
+    print(
+        f"  event latency {ms(latency)}: target p95 <= {EVENT_LATENCY_P95_TARGET_MS:g} ms: "
+        f"{verdict}"
+    )
+    by_type = latency["by_type"]
+    print(f"    session.opened (from the request's start): {ms(by_type['session.opened'])}")
+    print(f"    session.closed (from the response read):   {ms(by_type['session.closed'])}")
+    print(
+        f"    the parent's publish ('at', ms wall clock) to the arrival: "
+        f"{ms(latency['publish_to_arrival_ms'])}"
+    )
+    exited = latency["worker_exited"]
+    verdict = "?" if exited["ok"] is None else ("pass" if exited["ok"] else "FAIL")
+    missing = f", {exited['missing']} never arrived" if exited["missing"] else ""
+    print(
+        f"  worker.exited, from the kill -9 (recovery runs): {ms(exited)}{missing}; publish to "
+        f"arrival {ms(exited['publish_to_arrival_ms'])}: max <= "
+        f"{EVENT_LATENCY_P95_TARGET_MS:g} ms: {verdict}"
+    )
+    types = ", ".join(f"{k} {v}" for k, v in sorted(latency["types_seen"].items()))
+    print(f"  events seen meanwhile: {types}")
+    if latency["subscriber_error"]:
+        print(f"  problem: the subscriber failed: {latency['subscriber_error']}")
+
+    settings = events["settings"]
+    tok_s = events["tok_s"]
+    by_round = ", ".join(f"{r:.3f}" for r in events["lagging_subscriber_ratio_by_round"])
+    verdict = "pass" if events["lagging_ok"] else "FAIL"
+    print(
+        f"  {settings['streams']} greedy streams of max_tokens {settings['max_tokens']}, "
+        f"{settings['rounds']} round(s), alternating: total tok/s with no admin subscriber "
+        f"{tok_s['no_subscriber']:.1f}, with a lagging one (raw socket, SO_RCVBUF "
+        f"{settings['lagging_rcvbuf']}, never reads) and a reading AdminClient "
+        f"{tok_s['with_subscribers']:.1f}"
+    )
+    print(
+        f"    ratio {events['lagging_subscriber_ratio']:.3f} (by round {by_round}): target >= "
+        f"{LAGGING_RATIO_TARGET:g}: {verdict}"
+    )
+
+    def used(kind: str) -> str:
+        return ", ".join(f"{k} {v:.2f}" for k, v in events["cpu_cores"][kind].items())
+
+    print(
+        f"    CPU cores used: no subscriber {used('no_subscriber')}; with subscribers "
+        f"{used('with_subscribers')}"
+    )
+    received = events["lagging_received"]
+    dropped = sum(events["lagging_dropped"])
+    print(
+        f"    events per run: published {events['events_published_per_run']}, seen by the reading "
+        f"subscriber {events['events_seen_by_reader_per_run']}; the lagging one, read after each "
+        f"run, had {[r['events'] for r in received]} events queued for it, dropped (ended with "
+        f"stream.lagged) in {dropped} of {len(received)} run(s)"
+    )
+    if dropped < len(received):
+        print(
+            f"    (a subscriber is dropped once {settings['subscriber_buffer']} events wait in its "
+            "buffer, and they only start to wait there when the kernel's socket buffers between "
+            "the parent and it are full: on loopback that is hundreds of KB to MBs)"
+        )
+    hub = events["hub_micro"]
+    verdict = "pass" if events["hub_ok"] else "FAIL"
+    print(
+        f"  the hub alone (EventHub in this process, anyio): {hub['events']:,} events published, "
+        f"one subscriber never reading, one reading in a task: {hub['events_per_s']:,.0f} "
+        f"events/s (publishing {hub['publish_s']:.2f} s, all read {hub['wall_s']:.2f} s); the "
+        f"reader got {hub['received_by_reader']:,}; the lagging one was "
+        f"{'dropped' if hub['lagging_dropped'] else 'NOT dropped'} after {hub['lagging_got']} "
+        f"(buffer {settings['subscriber_buffer']}): target >= {HUB_EVENTS_PER_S_TARGET:,.0f} "
+        f"events/s, the reader kept, the lagging one dropped: {verdict}"
+    )
+
+
 def print_table(
     header: Sequence[str], lines: Sequence[Sequence[str]], aligns: Sequence[str], indent: str = ""
 ) -> None:
@@ -1878,13 +2474,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         measured["cancels"], ratio(1e3, isolated_c1), measured["cancel_max_tokens"]
     )
     overload = overload_summary(measured["overloads"], plan.max_tokens * OVERLOAD_TOKENS_FACTOR)
+    progress(f"event hub alone: publishing {HUB_EVENTS:,} events in this process")
+    hub = anyio.run(hub_throughput)
+    event_latency = event_latency_summary(
+        measured["event_samples"],
+        measured["exit_samples"],
+        measured["event_types"],
+        measured["event_error"],
+        measured["exits_missing"],
+    )
+    events = events_summary(measured["hub_runs"], hub, measured["hub_max_tokens"])
     print_report(
         plan, info, table_rows(summaries), measured["memory"], recovery, startup, cancel, overload
     )
+    print_events(event_latency, events)
 
     if plan.json_path is not None:
         document = json_document(
             plan, info, summaries, measured, recovery, startup, cancel, overload
+        )
+        document["event_latency_ms"] = event_latency
+        document["events"] = events
+        document["targets"].update(
+            {
+                "event_latency_p95_ms_max": EVENT_LATENCY_P95_TARGET_MS,
+                "event_latency_ok": event_latency["meets_target"],
+                "hub_events_per_s_min": HUB_EVENTS_PER_S_TARGET,
+                "hub_ok": events["hub_ok"],
+                "lagging_subscriber_ratio_min": LAGGING_RATIO_TARGET,
+                "lagging_ok": events["lagging_ok"],
+            }
         )
         plan.json_path.parent.mkdir(parents=True, exist_ok=True)
         plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, cast
 
 import httpx
 from textual import work
@@ -41,8 +43,14 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, httpx.HTTPStatusError):
         code = exc.response.status_code
         if code == 401:
-            return "HTTP 401: the host wants the admin token (--token)"
+            return "HTTP 401: the admin token is missing or wrong (--token)"
         return f"HTTP {code}"
+    if isinstance(exc, httpx.ConnectError):
+        return "cannot connect"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, (httpx.ReadError, httpx.RemoteProtocolError)):
+        return "connection lost"
     return str(exc) or type(exc).__name__
 
 
@@ -83,11 +91,13 @@ class ConsoleApp(App[None]):
                     elif resync:
                         after = state["seq"]
                     else:
-                        after = self.main.logged  # resume: the host replays what we missed
+                        after = state["seq"]  # resume: the host replays what we missed
                     self.main.ingest(state=state)
                     self.main.set_connection("connected")
                     delay, resync = RETRY_FIRST_S, False
-                    async with contextlib.aclosing(client.events(after=after)) as events:
+                    # The generator holds the response open: close it as soon as we stop reading.
+                    stream = cast(AsyncGenerator[dict[str, Any], None], client.events(after=after))
+                    async with contextlib.aclosing(stream) as events:
                         async for event in events:
                             self.main.ingest(events=[event])
                             if event["type"] == "stream.reset":
@@ -97,7 +107,7 @@ class ConsoleApp(App[None]):
                                 break  # reconnect at once, resuming after the last event we have
                         else:
                             raise StreamEnded("the host ended the event stream")
-            except (httpx.HTTPError, OSError, ValueError, StreamEnded) as exc:
+            except (httpx.HTTPError, OSError, json.JSONDecodeError, StreamEnded) as exc:
                 self.main.set_connection("disconnected", _why(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
@@ -113,7 +123,7 @@ class ConsoleApp(App[None]):
                     continue
                 try:
                     state = await client.state()
-                except (httpx.HTTPError, OSError, ValueError):
+                except (httpx.HTTPError, OSError, json.JSONDecodeError):
                     failures += 1
                     if failures >= POLL_FAILURES:
                         failures = 0

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from .state import HostInfo, host_identity
-from .widgets import AdmissionPanel, EventLog, FilterInput, SessionsTable, StatusBar, WorkersTable
+from .widgets import (
+    AdmissionPanel,
+    EventLog,
+    FilterInput,
+    SessionsTable,
+    StatusBar,
+    WorkersTable,
+)
 
 if TYPE_CHECKING:
     from .app import ConsoleApp
@@ -45,7 +52,7 @@ class ConfirmScreen(ModalScreen[bool]):
         color: $text-muted;
     }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
     ]
@@ -64,19 +71,19 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 HELP = """\
-[b]mlxhost tui[/b] — the host's workers, sessions, admission and events, live.
+[b]mlxhost tui[/b]: the host's workers, sessions, admission and events, live.
 
-  [b]c[/b]        cancel the selected session (asks first)
-  [b]r[/b]        restart the selected worker, after its sessions finish (asks first)
-  [b]/[/b]        filter sessions and events by text; [b]esc[/b] clears it
-  [b]tab[/b]      move between workers, sessions and events
-  [b]↑ ↓[/b]      select a row
-  [b]?[/b]        this help
-  [b]q[/b]        quit
+  [b]c[/b]      cancel the selected session (asks first)
+  [b]r[/b]      restart the selected worker once its sessions end (asks first)
+  [b]/[/b]      filter sessions and events by text; [b]esc[/b] clears the filter
+  [b]tab[/b]    move between the workers, the sessions and the events
+  [b]↑ ↓[/b]    select a row
+  [b]?[/b]      this help; [b]esc[/b] closes it
+  [b]q[/b]      quit
 
 Closed sessions stay a few seconds with their outcome, then fade out.
 Progress and memory readings update the tables, not the event log.
-When the host is unreachable the bar says so and the console reconnects by itself.
+If the host goes away the top bar says so, and the console reconnects.
 """
 
 
@@ -94,7 +101,7 @@ class HelpScreen(ModalScreen[None]):
         padding: 0 1;
     }
     """
-    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "app.pop_screen", "Close")]
 
     def compose(self) -> ComposeResult:
         yield Static(HELP)
@@ -120,7 +127,7 @@ class MainScreen(Screen[None]):
         opacity: 70%;
     }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "cancel_session", "Cancel session"),
         Binding("r", "restart_worker", "Restart worker"),
         Binding("slash", "filter", "Filter"),
@@ -142,9 +149,10 @@ class MainScreen(Screen[None]):
         self.host: tuple[int, float] | None = None
         self.seq = 0  # the last event folded into the panels
         self.logged = 0  # the last event written to the log
+        self._redraw_pending = False
 
     def compose(self) -> ComposeResult:
-        yield self.status.data_bind(MainScreen.filter_text)
+        yield self.status
         yield self.worker_table
         yield self.admission
         yield self.session_table.data_bind(MainScreen.filter_text)
@@ -201,7 +209,10 @@ class MainScreen(Screen[None]):
             self.admission.apply(event)
             if self.status.host is not None:
                 self.status.host.on_event(event)
-        self.redraw()
+        # Events come in bursts (progress, four a second per session): draw once per burst.
+        if not self._redraw_pending:
+            self._redraw_pending = True
+            self.call_later(self.redraw)
 
     def set_connection(self, connection: str, detail: str = "") -> None:
         if connection == "disconnected" and self.status.connection == "connected":
@@ -209,13 +220,14 @@ class MainScreen(Screen[None]):
         self.status.connection = connection
         self.status.detail = detail
         self.set_class(connection == "disconnected", "-offline")
-        for panel in (self.worker_table, self.session_table, self.admission):
-            panel.border_subtitle = "last known" if connection == "disconnected" else ""
+        for panel, title in ((self.worker_table, "Workers"), (self.session_table, "Sessions"), (self.admission, "Admission")):
+            panel.border_title = f"{title} (last known)" if connection == "disconnected" else title
 
     def note(self, message: str) -> None:
         self.event_log.note(message)
 
     def redraw(self) -> None:
+        self._redraw_pending = False
         if not self.is_mounted:
             return
         self.session_table.expire(self.clock())

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import DataTable, Input, RichLog, Static
 
 from .state import (
@@ -75,7 +76,6 @@ class StatusBar(Static):
 
     connection: reactive[str] = reactive("connecting")
     detail: reactive[str] = reactive("")
-    filter_text: reactive[str] = reactive("")
 
     def __init__(self, where: str, clock: Clock) -> None:
         super().__init__()
@@ -89,9 +89,9 @@ class StatusBar(Static):
         self.set_class(connection == "disconnected", "-offline")
 
     def render(self) -> Text:
-        text = Text(f"mlxhost {self.where.removeprefix('http://')}  ")
+        text = Text(f"{self.where.removeprefix('http://')} ")
         if self.connection == "connected":
-            text.append("● connected", "green")
+            text.append("● connected", "bold green")
         elif self.connection == "disconnected":
             text.append("✖ disconnected — retrying")
         else:
@@ -101,12 +101,10 @@ class StatusBar(Static):
         if self.host is not None:
             host = self.host
             uptime = duration(max(0.0, self.clock() - host.started))
-            text.append(f"  pid {host.pid} up {uptime}")
+            text.append(f" │ host {host.pid} up {uptime}")
             if not host.accepting:
-                text.append("  stopping", "bold yellow")
-            text.append(f"  {self.live} live / {host.opened} opened  #{self.seq}")
-        if self.filter_text:
-            text.append(f"  filter: {self.filter_text}", "bold")
+                text.append(", stopping", "bold yellow")
+            text.append(f" │ {self.live} live of {host.opened} │ #{self.seq}")
         return text
 
 
@@ -207,7 +205,7 @@ class WorkersTable(_Table):
 
     def rows_now(self) -> dict[str, Cells]:
         now = self.clock()
-        rows = {}
+        rows: dict[str, Cells] = {}
         for worker in self.known.values():
             uptime = worker.uptime(now)
             rows[worker.id] = (
@@ -296,7 +294,7 @@ class SessionsTable(_Table):
 
     def rows_now(self) -> dict[str, Cells]:
         now = self.clock()
-        rows = {}
+        rows: dict[str, Cells] = {}
         wanted = self.filter_text.lower()
         for session in sorted(self.known.values(), key=lambda s: s.opened_at, reverse=True):
             if wanted and wanted not in session.text().lower():
@@ -320,7 +318,7 @@ class SessionsTable(_Table):
         return self.known.get(key) if key is not None else None
 
 
-class AdmissionPanel(Static):
+class AdmissionPanel(Widget):
     """Per model: requests running and waiting against their limits, and refusals."""
 
     DEFAULT_CSS = """
@@ -349,9 +347,9 @@ class AdmissionPanel(Static):
             self.gauges.setdefault(event["model"], Gauge(event["model"])).on_event(event)
 
     def redraw(self) -> None:
-        self.update(self.render_gauges())
+        self.refresh(layout=True)
 
-    def render_gauges(self) -> Text:
+    def render(self) -> Text:
         if not self.gauges:
             return Text("no models", "dim")
         width = max(8, *(len(m) for m in self.gauges))
@@ -438,20 +436,17 @@ class FilterInput(Input):
 
     DEFAULT_CSS = """
     FilterInput {
-        dock: bottom;
         display: none;
-        border: none;
-        height: 1;
-        padding: 0 1;
+        margin: 0 1;
     }
     FilterInput.-shown {
         display: block;
     }
     """
-    BINDINGS = [Binding("escape", "clear", "Clear filter")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "clear", "Clear filter")]
 
     def __init__(self) -> None:
-        super().__init__(placeholder="filter sessions and events", id="filter")
+        super().__init__(placeholder="filter sessions and events (esc clears)", compact=True, id="filter")
 
     def action_clear(self) -> None:
         self.value = ""

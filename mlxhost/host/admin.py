@@ -18,6 +18,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Message, Send
 
 from ..api.errors import NotFound, Unauthorized
 from ..config import ModelSpec
@@ -100,7 +101,36 @@ async def events(request: Request) -> Response:
         finally:
             await subscription.aclose()
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    return _WatchedStream(
+        stream(),
+        idle_timeout=host.settings.idle_timeout,
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache"},
+    )
+
+
+class _WatchedStream(StreamingResponse):
+    """An event stream that lets go of a client that stops reading for `idle_timeout`.
+
+    The hub drops a lagging subscriber without waiting for it, but the connection would stay:
+    a write to a client that never reads waits forever. This bounds that wait too.
+    """
+
+    def __init__(self, content: AsyncIterator[bytes], idle_timeout: float, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._idle_timeout = idle_timeout
+
+    async def stream_response(self, send: Send) -> None:
+        async def guarded(message: Message) -> None:
+            with anyio.fail_after(self._idle_timeout):
+                await send(message)
+
+        try:
+            await super().stream_response(guarded)
+        except TimeoutError:
+            pass  # the client stopped reading: end the response, and with it the connection
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]  # unsubscribes
 
 
 async def list_sessions(request: Request) -> Response:

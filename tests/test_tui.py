@@ -1,0 +1,417 @@
+"""The `mlxhost tui` console against real hosts, headless (`App.run_test`), in snapshots from a
+fixed state, and once in a real terminal (tmux)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mlxhost_tui.state
+import pytest
+from conftest import Server, start_server
+from mlxhost_tui.app import ConsoleApp, make_app
+from mlxhost_tui.screens import ConfirmScreen, HelpScreen
+from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
+from textual.pilot import Pilot
+
+from mlxhost.admin_client import Target
+
+CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "temperature": 0, "stream": True}
+SIZE = (100, 30)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Textual runs on asyncio only
+
+
+@pytest.fixture(scope="module")
+def host(tiny_model: Path) -> Iterator[Server]:
+    server = start_server("--model", str(tiny_model))
+    yield server
+    server.stop()
+
+
+def console(server: Server) -> ConsoleApp:
+    return make_app(Target(url=server.url, token=server.admin_token))
+
+
+class Stream(threading.Thread):
+    """A client's streaming chat completion, read to its end in a thread."""
+
+    def __init__(self, server: Server, max_tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.server, self.max_tokens = server, max_tokens
+        self.session: str | None = None
+        self.data: list[str] = []
+        self.started = time.monotonic()
+
+    def run(self) -> None:
+        body = {**CHAT, "max_tokens": self.max_tokens}
+        with self.server.http(timeout=60) as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+            self.session = response.headers["x-mlxhost-session"]
+            self.data = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+
+
+async def until(pilot: Pilot[Any], predicate: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await pilot.pause(0.05)
+
+
+def cell(table: WorkersTable | SessionsTable, row: str, column: str) -> str:
+    return table.get_cell(row, column).plain
+
+
+def log_text(app: ConsoleApp) -> str:
+    return "\n".join(line.plain for line in app.query_one(EventLog).entries)
+
+
+@pytest.mark.anyio
+async def test_a_stream_shows_up_as_a_session_then_its_outcome(host: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mlxhost_tui.state, "LINGER_S", 1.5)
+    app = console(host)
+    async with app.run_test(size=SIZE) as pilot:
+        sessions = app.query_one(SessionsTable)
+        await until(pilot, lambda: app.main.status.connection == "connected", "connected")
+        stream = Stream(host, max_tokens=1500)
+        stream.start()
+        await until(pilot, lambda: stream.session in sessions.rows, "the session is listed", timeout=1.0)
+        assert time.monotonic() - stream.started < 1.0
+        await until(pilot, lambda: cell(sessions, stream.session, "state") == "running", "it runs")  # type: ignore[arg-type]
+        stream.join(30)
+        sid = stream.session
+        assert sid is not None
+        await until(pilot, lambda: cell(sessions, sid, "state") == "completed", "its outcome shows")
+        assert cell(sessions, sid, "outcome") == "length"
+        assert cell(sessions, sid, "tokens") == "1500"
+        assert f"{sid} completed (length), 1500 tokens" in log_text(app)
+        await until(pilot, lambda: sid not in sessions.rows, "it fades out", timeout=3.0)
+
+
+@pytest.mark.anyio
+async def test_c_cancels_the_selected_session_after_confirmation(host: Server) -> None:
+    app = console(host)
+    async with app.run_test(size=SIZE) as pilot:
+        sessions = app.query_one(SessionsTable)
+        stream = Stream(host, max_tokens=3000)
+        stream.start()
+        await until(pilot, lambda: stream.session in sessions.rows, "the session is listed")
+        sid = stream.session
+        assert sid is not None
+        await until(pilot, lambda: sessions.known[sid].tokens > 0, "it makes tokens")
+        sessions.move_cursor(row=sessions.get_row_index(sid))
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")  # no: nothing happens
+        assert not isinstance(app.screen, ConfirmScreen) and stream.is_alive()
+        await pilot.press("c", "y")
+        await anyio.to_thread.run_sync(stream.join, 10.0)
+        assert not stream.is_alive()
+        last = json.loads([d for d in stream.data if d != "[DONE]"][-1])
+        assert last["error"]["code"] == "cancelled"
+        await until(pilot, lambda: cell(sessions, sid, "state") == "cancelled", "the outcome shows")
+        assert cell(sessions, sid, "outcome") == "requested"
+
+
+@pytest.mark.anyio
+async def test_r_restarts_the_selected_worker(host: Server) -> None:
+    app = console(host)
+    async with app.run_test(size=SIZE) as pilot:
+        workers = app.query_one(WorkersTable)
+        await until(pilot, lambda: workers.row_count == 1, "the worker is listed")
+        worker = workers.selected
+        assert worker is not None and worker.state == "ready"
+        old_pid = worker.pid
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await until(pilot, lambda: worker.pid != old_pid and worker.state == "ready", "a new process is ready")
+        assert cell(workers, worker.id, "pid") == str(worker.pid) == str(host.worker()["pid"])
+        assert worker.restarts == 0  # a restart asked for is no crash
+        assert f"{worker.id}: pid {old_pid} exited" in log_text(app)
+
+
+@pytest.mark.anyio
+async def test_a_dropped_stream_resumes_after_the_last_event(host: Server) -> None:
+    app = console(host)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.main.status.connection == "connected", "connected")
+        app.workers.cancel_group(app, "host")  # the event stream drops; the host stays
+        await pilot.pause()
+        with host.http() as http:
+            response = await anyio.to_thread.run_sync(
+                lambda: http.post("/v1/chat/completions", json={**CHAT, "stream": False, "max_tokens": 4})
+            )
+        sid = response.headers["x-mlxhost-session"]
+        app.watch_host()
+        await until(pilot, lambda: f"{sid} completed" in log_text(app), "the missed events are replayed")
+        assert log_text(app).count(f"{sid} opened") == 1
+        assert app.main.status.connection == "connected"
+
+
+@pytest.mark.anyio
+async def test_a_wrong_token_says_so(host: Server) -> None:
+    app = make_app(Target(url=host.url, token="not-the-token"))
+    async with app.run_test(size=SIZE) as pilot:
+        status = app.query_one(StatusBar)
+        await until(pilot, lambda: status.connection == "disconnected", "it says disconnected")
+        assert "HTTP 401" in status.render().plain
+
+
+@pytest.mark.anyio
+async def test_a_killed_worker_shows_its_restart(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model))
+    try:
+        app = console(server)
+        async with app.run_test(size=SIZE) as pilot:
+            workers = app.query_one(WorkersTable)
+            await until(pilot, lambda: workers.row_count == 1 and workers.selected.state == "ready", "ready")  # type: ignore[union-attr]
+            worker = workers.selected
+            assert worker is not None
+            old_pid = worker.pid
+            assert old_pid is not None
+            seen: set[str] = set()
+
+            def ready_again() -> bool:
+                seen.add(cell(workers, worker.id, "state"))
+                return worker.state == "ready" and worker.pid != old_pid
+
+            os.kill(old_pid, signal.SIGKILL)
+            await until(pilot, ready_again, "the worker is ready again")
+            assert "restarting" in seen or "worker.restarting" in log_text(app)
+            assert cell(workers, worker.id, "restarts") == "1"
+            assert cell(workers, worker.id, "exit") == "SIGKILL"
+            assert f"pid {old_pid} exited, signal SIGKILL" in log_text(app)
+    finally:
+        server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.anyio
+async def test_a_lost_host_shows_disconnected_then_reconnects(tiny_model: Path) -> None:
+    port = free_port()
+    first = start_server("--model", str(tiny_model), "--port", str(port), tcp=False)
+    second: Server | None = None
+    try:
+        app = console(first)
+        async with app.run_test(size=SIZE) as pilot:
+            status = app.query_one(StatusBar)
+            await until(pilot, lambda: status.connection == "connected", "connected")
+            await anyio.to_thread.run_sync(first.stop)
+            await until(pilot, lambda: status.connection == "disconnected", "it says disconnected")
+            assert "disconnected — retrying" in status.render().plain
+            assert status.has_class("-offline")
+            second = await anyio.to_thread.run_sync(
+                lambda: start_server("--model", str(tiny_model), "--port", str(port), tcp=False)
+            )
+            await until(pilot, lambda: status.connection == "connected", "it reconnects")
+            assert status.host is not None and status.host.pid == second.process.pid
+            workers = app.query_one(WorkersTable)
+            await until(pilot, lambda: workers.selected and workers.selected.pid == second.worker()["pid"], "new worker")  # type: ignore[union-attr]
+            assert f"a new host, pid {second.process.pid}" in log_text(app)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+# -- a fixed state, for snapshots and the keys that need no host ------------------------------
+
+NOW = 1_700_000_000.0
+
+
+def _worker(name: str, pid: int, restarts: int, uptime: float, memory: int) -> dict[str, Any]:
+    last_exit = {"pid": pid - 1, "code": None, "signal": "SIGKILL", "uptime_s": 30.0, "ready": True, "reason": None}
+    return {
+        "id": name, "model": name, "state": "ready", "pid": pid, "socket": f"/tmp/{name}.sock",
+        "restarts": restarts, "in_flight": 1, "uptime_s": uptime, "ready_s": 1.2,
+        "last_exit": last_exit if restarts else None,
+        "memory": {"active_bytes": memory, "cache_bytes": 0, "peak_bytes": memory, "rss_bytes": 3 * memory},
+    }  # fmt: skip
+
+
+def _session(sid: str, model: str, state: str, age: float, tokens: int, rate: float) -> dict[str, Any]:
+    return {
+        "id": sid, "model": model, "stream": True, "state": state, "opened_at": NOW - age, "age_s": age,
+        "tokens": tokens, "tokens_per_s": rate, "outcome": None,
+    }  # fmt: skip
+
+
+MIB = 2**20
+STATE: dict[str, Any] = {
+    "seq": 40,
+    "host": {"pid": 4242, "started": NOW - 3725, "uptime_s": 3725.0, "accepting": True},
+    "workers": [_worker("qwen-0.5b", 5001, 0, 3700.0, 512 * MIB), _worker("llama-3b", 5002, 1, 61.0, 2048 * MIB)],
+    "models": [
+        {"id": "qwen-0.5b", "aliases": [], "path": "/m/q", "resident": True, "default": True},
+        {"id": "llama-3b", "aliases": [], "path": "/m/l", "resident": True, "default": False},
+    ],
+    "sessions": {
+        "opened": 12,
+        "closed": 10,
+        "live": [
+            _session("s-0123456789ab", "qwen-0.5b", "running", 12.5, 310, 24.8),
+            _session("s-abcdef012345", "llama-3b", "queued", 0.4, 0, 0.0),
+        ],
+        "recent": [],
+    },
+    "admission": {
+        "qwen-0.5b": {"max_active": 4, "max_queued": 16, "active": 1, "queued": 0, "admitted": 11, "rejected": 0},
+        "llama-3b": {"max_active": 1, "max_queued": 2, "active": 1, "queued": 1, "admitted": 1, "rejected": 3},
+    },
+}
+
+
+def _event(seq: int, type: str, ago: float, **fields: Any) -> dict[str, Any]:
+    return {"seq": seq, "at": int((NOW - ago) * 1000), "type": type, **fields}
+
+
+def _memory(seq: int, ago: float, mib: int) -> dict[str, Any]:
+    return _event(seq, "worker.memory", ago, worker="qwen-0.5b", active_bytes=mib * MIB, cache_bytes=0, peak_bytes=0, rss_bytes=0)
+
+
+EVENTS = [
+    _event(38, "session.opened", 9, session="s-0123456789ab", model="qwen-0.5b", stream=True),  # in the snapshot
+    _memory(41, 5, 520),
+    _event(42, "session.opened", 4, session="s-fedcba987654", model="qwen-0.5b", stream=False),
+    _memory(43, 4, 600),
+    _event(44, "session.progress", 3.5, session="s-0123456789ab", model="qwen-0.5b", tokens=330, tokens_per_s=25.1),
+    _memory(45, 3, 580),
+    _event(46, "session.closed", 2, session="s-fedcba987654", model="qwen-0.5b", tokens=16, age_ms=2000, kind="completed", finish_reason="length"),
+    _event(47, "admission.rejected", 1.5, session="s-999999999999", model="llama-3b", active=1, queued=2),
+    _event(48, "session.closed", 1.5, session="s-999999999999", model="llama-3b", tokens=0, age_ms=3, kind="failed", code="queue_full", message="at capacity"),
+    _event(49, "worker.exited", 1.2, worker="llama-3b", pid=5002, code=None, signal="SIGKILL", uptime_s=61.0, ready=True, reason=None),
+    _event(50, "worker.restarting", 1.1, worker="llama-3b", attempt=2, max=5, delay_ms=0),
+    _event(51, "worker.spawned", 1.0, worker="llama-3b", model="llama-3b", pid=5003),
+    _event(52, "session.closed", 0.5, session="s-abcdef012345", model="llama-3b", tokens=0, age_ms=900, kind="cancelled", reason="worker_exited"),
+]  # fmt: skip
+
+
+@pytest.fixture
+def fixed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], ConsoleApp]]:
+    """A console fed the fixed state and events, through the path the network loop feeds it."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+
+    def make() -> ConsoleApp:
+        return make_app(Target(url="http://127.0.0.1:8080"), clock=lambda: NOW, live=False)
+
+    yield make
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def feed(pilot: Pilot[Any], connection: str = "connected", detail: str = "") -> None:
+    app: ConsoleApp = pilot.app  # type: ignore[assignment]
+    app.main.ingest(STATE, EVENTS)
+    app.main.set_connection(connection, detail)
+    await pilot.pause()
+
+
+def test_snapshot_80x24(fixed: Callable[[], ConsoleApp], snap_compare: Any) -> None:
+    assert snap_compare(fixed(), terminal_size=(80, 24), run_before=feed)
+
+
+def test_snapshot_120x40(fixed: Callable[[], ConsoleApp], snap_compare: Any) -> None:
+    assert snap_compare(fixed(), terminal_size=(120, 40), run_before=feed)
+
+
+def test_snapshot_disconnected(fixed: Callable[[], ConsoleApp], snap_compare: Any) -> None:
+    async def lost(pilot: Pilot[Any]) -> None:
+        await feed(pilot)
+        pilot.app.main.set_connection("disconnected", "cannot connect")  # type: ignore[attr-defined]
+        await pilot.pause()
+
+    assert snap_compare(fixed(), terminal_size=(80, 24), run_before=lost)
+
+
+@pytest.mark.anyio
+async def test_the_fixed_state_folds_in_order(fixed: Callable[[], ConsoleApp]) -> None:
+    app = fixed()
+    async with app.run_test(size=SIZE) as pilot:
+        await feed(pilot)
+        workers, sessions = app.query_one(WorkersTable), app.query_one(SessionsTable)
+        llama = workers.known["llama-3b"]
+        assert (llama.state, llama.pid, llama.restarts) == ("starting", 5003, 2)
+        assert list(workers.known["qwen-0.5b"].readings) == [512 * MIB, 520 * MIB, 600 * MIB, 580 * MIB]
+        assert sessions.known["s-0123456789ab"].tokens == 330
+        assert cell(sessions, "s-abcdef012345", "outcome") == "worker_exited"
+        # An event the snapshot already holds is logged but not applied again; replays change nothing.
+        app.main.ingest(events=EVENTS)
+        assert llama.restarts == 2 and len(app.query_one(EventLog).entries) == 9
+        # An older snapshot (a poll that crossed events) does not bring back what events changed.
+        app.main.ingest(state=STATE)
+        await pilot.pause()
+        assert llama.state == "starting" and cell(sessions, "s-abcdef012345", "state") == "cancelled"
+
+
+@pytest.mark.anyio
+async def test_filter_help_and_quit_keys(fixed: Callable[[], ConsoleApp]) -> None:
+    app = fixed()
+    async with app.run_test(size=SIZE) as pilot:
+        await feed(pilot)
+        sessions, log = app.query_one(SessionsTable), app.query_one(EventLog)
+        await pilot.press("slash", *"llama")
+        assert list(sessions.rows) == ["s-abcdef012345"]
+        assert log.lines and all("llama" in line.text for line in log.lines)
+        await pilot.press("enter")
+        assert sessions.has_focus and app.main.filter_text == "llama"
+        await pilot.press("c")  # a closed session cannot be cancelled: no question
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("slash", "escape")
+        assert len(sessions.rows) == 3 and app.main.filter_text == ""
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert app.screen is app.main
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_mlxhost_tui_in_a_terminal(host: Server) -> None:
+    server = f"mlxhost-test-{os.getpid()}"
+    tmux = ["tmux", "-L", server]
+    command = f"{sys.executable} -m mlxhost tui --url {host.url} --token {host.admin_token}; echo TUI-EXITED $?; sleep 30"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run([*tmux, "new-session", "-d", "-s", "tui", "-x", "100", "-y", "30", command], check=True, env=env)
+
+    def screen() -> str:
+        return subprocess.run([*tmux, "capture-pane", "-p", "-t", "tui"], capture_output=True, text=True, check=True).stdout
+
+    def wait_for(text: str) -> str:
+        deadline = time.monotonic() + 20
+        while text not in (shown := screen()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} never showed:\n{shown}")
+            time.sleep(0.1)
+        return shown
+
+    try:
+        worker = host.worker()
+        shown = wait_for(f"{worker['pid']}")
+        assert "connected" in shown and worker["model"] in shown and "ready" in shown
+        subprocess.run([*tmux, "send-keys", "-t", "tui", "q"], check=True)
+        assert "TUI-EXITED 0" in wait_for("TUI-EXITED")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)
