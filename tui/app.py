@@ -91,7 +91,7 @@ class ConsoleApp(App[None]):
                     elif resync:
                         after = state["seq"]
                     else:
-                        after = state["seq"]  # resume: the host replays what we missed
+                        after = self.main.logged  # resume: the host replays what we missed
                     self.main.ingest(state=state)
                     self.main.set_connection("connected")
                     delay, resync = RETRY_FIRST_S, False
