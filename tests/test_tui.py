@@ -309,7 +309,8 @@ EVENTS = [
 @pytest.fixture
 def fixed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], ConsoleApp]]:
     """A console fed the fixed state and events, through the path the network loop feeds it."""
-    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("TZ", "UTC")  # the log shows local times
+    monkeypatch.delenv("NO_COLOR", raising=False)
     time.tzset()
 
     def make() -> ConsoleApp:

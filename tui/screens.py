@@ -183,6 +183,7 @@ class MainScreen(Screen[None]):
             if identity != self.host:
                 if self.host is not None:
                     self.event_log.note(f"a new host, pid {identity[0]}")
+                    self.worker_table.known.clear()  # its workers' history is not theirs
                 self.host, self.seq, self.logged = identity, 0, 0
             stale = state["seq"] < self.seq
             self.worker_table.load(state, now, stale)
