@@ -95,7 +95,8 @@ class AdminClient:
 
         headers = {"last-event-id": str(after)} if after is not None else {}
         async with aconnect_sse(
-            self._http, "GET", "/admin/events", headers=headers, timeout=httpx.Timeout(5.0, read=None)
+            # The host sends a heartbeat every 10 s: a silence of 30 s is a dead connection.
+            self._http, "GET", "/admin/events", headers=headers, timeout=httpx.Timeout(5.0, read=30.0)
         ) as source:
             source.response.raise_for_status()
             async for sse in source.aiter_sse():

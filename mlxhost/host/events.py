@@ -65,6 +65,12 @@ class EventHub:
                 pass
         send.close()
 
+    def close(self) -> None:
+        """End every subscription (the host is stopping): clients see their streams end."""
+        for send in list(self._subscribers):
+            send.close()
+        self._subscribers.clear()
+
     @property
     def subscribers(self) -> int:
         return len(self._subscribers)

@@ -127,4 +127,6 @@ async def _drain_on_shutdown(host: Host, pool: ModelPool, shutdown: Shutdown, st
             for supervisor in pool.supervisors():
                 stopping.start_soon(supervisor.stop, False)
         tg.cancel_scope.cancel()
+    # Open admin event streams would otherwise hold Hypercorn's shutdown for its graceful_timeout.
+    host.events.close()
     stop.set()

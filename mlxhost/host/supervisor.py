@@ -382,8 +382,8 @@ class Supervisor:
             reason = stderr_tail[-1]
         exit = WorkerExit(process.pid, code, signame, time.monotonic() - spawned, was_ready, reason)
         self.last_exit = exit
-        self.events.publish("worker.exited", worker=self.id, **exit.as_dict())
         planned = self._closing or self._planned_restart
+        self.events.publish("worker.exited", worker=self.id, planned=planned, **exit.as_dict())
         log = logger.info if planned else logger.error
         log(
             "worker %s: pid %d exited (%s)%s",
