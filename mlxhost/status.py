@@ -10,6 +10,7 @@ import anyio
 import httpx
 
 from .admin_client import AdminClient, HostNotFound, Target, find_target
+from .human import duration, size
 
 __all__ = ["run_status"]
 
@@ -45,7 +46,7 @@ def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str
     host = state["host"]
     lines = [
         f"mlxhost at {target.describe()}: {health['status']}, pid {host['pid']}, "
-        f"up {_duration(host['uptime_s'])}, event {state['seq']}",
+        f"up {duration(host['uptime_s'])}, event {state['seq']}",
         "",
         _table(
             ["WORKER", "STATE", "PID", "RESTARTS", "UP", "IN FLIGHT", "MEMORY", "LAST EXIT"],
@@ -55,9 +56,9 @@ def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str
                     w["state"],
                     str(w["pid"] or "-"),
                     str(w["restarts"]),
-                    _duration(w["uptime_s"]) if w["uptime_s"] is not None else "-",
+                    duration(w["uptime_s"]) if w["uptime_s"] is not None else "-",
                     str(w["in_flight"]),
-                    _bytes(w["memory"]["active_bytes"] + w["memory"]["cache_bytes"]) if w["memory"] else "-",
+                    size(w["memory"]["active_bytes"] + w["memory"]["cache_bytes"]) if w["memory"] else "-",
                     _exit(w["last_exit"]),
                 ]
                 for w in state["workers"]
@@ -85,7 +86,7 @@ def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str
     for session in state["sessions"]["live"]:
         lines.append(
             f"  {session['id']}  {session['model']}  {session['state']}  {session['tokens']} tokens  "
-            f"{session['tokens_per_s']} tok/s  {_duration(session['age_s'])}"
+            f"{session['tokens_per_s']} tok/s  {duration(session['age_s'])}"
         )
     return "\n".join(lines)
 
@@ -93,23 +94,6 @@ def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in [header, *rows])
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def _bytes(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return str(count)
 
 
 def _exit(last: dict[str, Any] | None) -> str:

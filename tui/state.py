@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxhost.human import duration, size
+
 __all__ = [
     "LINGER_S",
     "QUIET_EVENTS",
@@ -279,25 +281,6 @@ def describe(event: Event) -> str:
 
 def clock_time(at: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at))
-
-
-def duration(seconds: float) -> str:
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-
-
-def size(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return str(count)
 
 
 BLOCKS = "▁▂▃▄▅▆▇█"
