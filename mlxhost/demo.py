@@ -311,7 +311,14 @@ def _write_weights(path: Path, spec: ModelSize, seed: int) -> None:
 
 
 def _write_tokenizer(directory: Path, spec: ModelSize) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tokenizer = Tokenizer(models.BPE())
     # GPT-2 style byte-level BPE: every byte has a token, so any text

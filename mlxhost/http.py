@@ -18,8 +18,8 @@ import anyio
 import anyio.abc
 from hypercorn.asyncio.run import worker_serve
 from hypercorn.config import Config, Sockets
-from starlette.types import ASGIApp
 from hypercorn.utils import wrap_app
+from starlette.types import ASGIApp
 
 __all__ = ["BindError", "Listener", "describe", "remove_socket_file", "serve_in"]
 

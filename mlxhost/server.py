@@ -6,6 +6,7 @@ Nothing here imports MLX: in the default mode the parent never loads it.
 from __future__ import annotations
 
 import logging
+
 from .config import ModelSpec, Settings
 from .shutdown import Shutdown
 
@@ -57,9 +58,8 @@ async def serve(settings: Settings) -> None:
 async def serve_in_process(settings: Settings) -> None:
     from .http import BindError, Listener
     from .worker.engine import Engine
-    from .worker.serve import serve_model
-
     from .worker.model_source import resolve_model
+    from .worker.serve import serve_model
 
     spec = model_specs(settings)[0]
     path = resolve_model(spec.path)

@@ -21,12 +21,12 @@ from ..api.openapi import openapi_document
 from ..config import ModelSpec, Settings
 from .admin import admin_routes, host_state, require_token
 from .admission import Admission
-from .metrics import CONTENT_TYPE, HostMetrics
 from .events import EventHub
+from .metrics import CONTENT_TYPE, HostMetrics
 from .pool import ModelPool, UnknownModel
 from .relay import SessionResponse
 from .sessions import SessionRegistry
-from .supervisor import WorkerState
+from .worker_status import WorkerState
 
 __all__ = ["Host", "create_host_app"]
 

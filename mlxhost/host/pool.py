@@ -23,7 +23,8 @@ import anyio.abc
 from ..config import ModelSpec, Settings
 from ..protocol import SessionProgress
 from .events import EventHub
-from .supervisor import Supervisor, WorkerState, WorkerUnavailable
+from .supervisor import Supervisor
+from .worker_status import WorkerState, WorkerUnavailable
 
 __all__ = ["ModelPool", "UnknownModel"]
 

@@ -25,7 +25,8 @@ from ..config import ModelSpec
 from .admission import Admission, QueueFull
 from .pool import ModelPool
 from .sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
-from .supervisor import Supervisor, WorkerUnavailable
+from .supervisor import Supervisor
+from .worker_status import WorkerUnavailable
 
 __all__ = ["SessionResponse", "WorkerFailed"]
 

@@ -9,8 +9,8 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -22,8 +22,8 @@ from ..protocol import ADMIN_TOKEN_FILE
 from ..shutdown import Shutdown
 from .app import Host, create_host_app
 from .discovery import announce, withdraw
-from .pool import ModelPool
 from .events import EventHub
+from .pool import ModelPool
 from .sessions import CancelReason, SessionRegistry
 
 __all__ = ["make_runtime_dir", "serve_host"]

@@ -11,7 +11,6 @@ restart. Stopping drains in-flight requests, then SIGTERM, then SIGKILL after `s
 from __future__ import annotations
 
 import collections
-import enum
 import logging
 import math
 import shlex
@@ -20,7 +19,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +27,17 @@ import anyio.abc
 import httpx
 
 from ..config import ModelSpec, Settings
-from ..protocol import LaunchRecord, MemoryReading, ReadyLine, SessionProgress, parse_line
+from ..protocol import (
+    LaunchRecord,
+    MemoryReading,
+    ReadyLine,
+    SessionProgress,
+    parse_line,
+)
 from .events import EventHub
+from .worker_status import WorkerExit, WorkerState, WorkerUnavailable
 
-__all__ = ["Supervisor", "WorkerExit", "WorkerState", "WorkerUnavailable"]
+__all__ = ["Supervisor"]
 
 logger = logging.getLogger("mlxhost.supervisor")
 
@@ -50,48 +55,6 @@ WORKER_OPTIONS = (
 )
 STDERR_KEPT = 20
 MAX_LINE = 1 << 20
-
-
-class WorkerState(enum.StrEnum):
-    STARTING = "starting"
-    READY = "ready"
-    RESTARTING = "restarting"
-    EXHAUSTED = "exhausted"
-    CLOSED = "closed"
-
-
-class WorkerUnavailable(Exception):
-    """The worker cannot take a request now; `retry_after` says when to try again, if ever."""
-
-    def __init__(self, message: str, code: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.retry_after = retry_after
-
-
-@dataclass(frozen=True)
-class WorkerExit:
-    pid: int
-    code: int | None  # exit status, or None when a signal ended it
-    signal: str | None
-    uptime: float  # seconds from spawn to exit
-    ready: bool  # whether it had become ready
-    reason: str | None = None  # why, when the worker said so on stderr or never became ready
-
-    def describe(self) -> str:
-        how = f"signal {self.signal}" if self.signal else f"exit code {self.code}"
-        return f"{how}: {self.reason}" if self.reason else how
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "code": self.code,
-            "signal": self.signal,
-            "uptime_s": round(self.uptime, 3),
-            "ready": self.ready,
-            "reason": self.reason,
-        }
 
 
 class Supervisor:

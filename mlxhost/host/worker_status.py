@@ -1,0 +1,51 @@
+"""What the host knows about a worker's condition: its state, how it last ended, why it can't serve."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["WorkerExit", "WorkerState", "WorkerUnavailable"]
+
+
+class WorkerState(enum.StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    RESTARTING = "restarting"
+    EXHAUSTED = "exhausted"
+    CLOSED = "closed"
+
+
+class WorkerUnavailable(Exception):
+    """The worker cannot take a request now; `retry_after` says when to try again, if ever."""
+
+    def __init__(self, message: str, code: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    pid: int
+    code: int | None  # exit status, or None when a signal ended it
+    signal: str | None
+    uptime: float  # seconds from spawn to exit
+    ready: bool  # whether it had become ready
+    reason: str | None = None  # why, when the worker said so on stderr or never became ready
+
+    def describe(self) -> str:
+        how = f"signal {self.signal}" if self.signal else f"exit code {self.code}"
+        return f"{how}: {self.reason}" if self.reason else how
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "code": self.code,
+            "signal": self.signal,
+            "uptime_s": round(self.uptime, 3),
+            "ready": self.ready,
+            "reason": self.reason,
+        }
