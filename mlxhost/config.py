@@ -225,6 +225,12 @@ class Settings:
     early_exit: float = _option(10.0, _non_negative_number, "an exit this soon after spawn counts as early")
     drain_timeout: float = _option(30.0, _non_negative_number, "seconds a stopping worker may finish requests")
     stop_timeout: float = _option(5.0, _positive_number, "seconds from SIGTERM to SIGKILL for a worker")
+    health_interval: float = _option(
+        2.0, _non_negative_number, "seconds between liveness checks of each worker (0: none)"
+    )
+    health_timeout: float = _option(
+        10.0, _positive_number, "a worker that does not answer its check this long is killed and respawned"
+    )
     worker_command: str | None = _option(
         None, _optional_text, "command that starts a worker (default: this Python, -m mlxhost.worker)"
     )

@@ -1,22 +1,42 @@
-"""Benchmark mlxhost against raw mlx-lm: same model, same prompt, greedy, same max_tokens.
+"""Benchmark mlxhost against raw mlx-lm and mlx-lm's own server: same model, same prompt, greedy,
+same max_tokens.
 
     python scripts/bench.py [--model DIR | --size tiny|bench] [--max-tokens N] [--repeats N]
-                            [--concurrency 1,4,8] [--quick] [--json PATH]
+                            [--concurrency 1,4,8,16] [--ttft-requests N] [--quick]
+                            [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N]
 
-Three paths are measured in one run. Their repeats are interleaved, the order rotating from one
+Four paths are measured in one run. Their repeats are interleaved, the order rotating from one
 repeat to the next, so that a noisy machine slows all of them alike:
 
-raw         mlx-lm in this process. Concurrency 1 is `stream_generate` with eos ignored;
-            concurrency N inserts N copies of the prompt into a `BatchGenerator` at once (no stop
-            tokens, so every row runs to max_tokens; batch sizes as the server's) and steps it
-            until all finished.
-in-process  `python -m mlxhost serve --in-process`: the serving core and the model in one process.
-isolated    `python -m mlxhost serve` (the default): a parent process that never imports MLX,
-            proxying each request over a private Unix socket to a worker process that holds the
-            model.
-The two servers run side by side in subprocesses, with the same serving options, driven over
-HTTP with streaming chat completions (httpx, SSE parsed by hand). Concurrency N is N streams at
-once.
+raw            mlx-lm in this process. Concurrency 1 is `stream_generate` with eos ignored;
+               concurrency N inserts N copies of the prompt into a `BatchGenerator` at once (no
+               stop tokens, so every row runs to max_tokens; batch sizes as the server's) and
+               steps it until all finished.
+mlx_lm.server  the peer: `python -m mlx_lm server` (or `mlx_lm.server`) from the installed mlx-lm,
+               on a free port, with --decode-concurrency and --prompt-concurrency set to the batch
+               sizes the others use (its own defaults, 32 and 8, unless a concurrency above 32 is
+               asked for) and --max-tokens to max_tokens; HF_HUB_OFFLINE=1 (it loads the local
+               directory and needs no network). Its listening socket gets mlxhost's backlog, 100
+               (--mlx-lm-server-backlog; 0 runs it as shipped): it is started as `python -c`,
+               setting ThreadingHTTPServer.request_queue_size and calling mlx_lm.server's main().
+               As shipped the backlog is socketserver's 5, and a burst of 8 or more connections
+               overflows it: the extra ones wait for the kernel's SYN retransmit (1 s) or are reset
+               (a stream whose connection fails before the response head is tried again, up to 3
+               tries, the time counting from the first, for every path). It batches: requests that
+               arrive together go into one BatchGenerator. It reports usage in a stream when asked
+               (stream_options include_usage), so it is read exactly as mlxhost is. Its prompt
+               cache stays on (its default): a repeated prompt is served from cached KV, which the
+               usage chunk shows as prompt_tokens_details.cached_tokens (recorded in the JSON).
+in-process     `python -m mlxhost serve --in-process`: the serving core and the model in one
+               process.
+isolated       `python -m mlxhost serve` (the default): a parent process that never imports MLX,
+               proxying each request over a private Unix socket to a worker process that holds
+               the model.
+The three servers run side by side in subprocesses, driven over HTTP with streaming chat
+completions (httpx, SSE parsed by hand). Concurrency N is N streams at once. The mlxhost servers
+run with the same serving options, and with --max-active at least the highest concurrency (16
+by default; the parent admits 8 sessions per model unless told otherwise, and would queue the
+rest), so that no stream of a cN run waits in the parent's queue.
 
 Each path is warmed up first: one full single-stream generation, then one short batch at the
 highest concurrency. The prompt is picked by a greedy probe (see PROMPTS).
@@ -25,16 +45,28 @@ Figures, each the median over the repeats:
   decode tok/s    (tokens - 1) / (time of the last token - time of the first token), one stream.
                   The first token is not counted because its time is the TTFT. Over HTTP the
                   "token times" are those of the first and last SSE frames with non-empty content
-                  (the servers coalesce tokens that come within --stream-interval, 10 ms by
-                  default, into one frame).
-  TTFT            call (or request start) to the first token (first frame with content), one stream.
+                  (mlxhost coalesces tokens that come within --stream-interval, 10 ms by default,
+                  into one frame; mlx_lm.server sends a frame per token).
+  TTFT p50, p95   call (or request start) to the first token (first frame with content), one
+                  stream at a time: over every single-stream request of the path, the c1 runs and,
+                  after them, --ttft-requests more (20; 10 with --quick) of max_tokens
+                  min(32, max_tokens), the paths taking turns. Also, per concurrency N, over the N
+                  streams of every cN run (raw: the insert to each row's first token).
   end-to-end      tokens / (call to the last token (raw) or to the end of the stream (HTTP)).
   total tok/s cN  tokens of all N streams / (first insert or request start to the last finish).
 Rates come from the tokens actually generated (HTTP: the usage chunks), which are recorded.
 
-Then, with both servers idle:
-  memory     RSS (psutil) of the isolated server's parent and of its worker, and of the
-             in-process server. Target: parent <= 80 MB.
+Targets printed after the table (and in the JSON's targets): isolated >= 0.95 x raw at every
+concurrency (c1: decode tok/s; cN: total tok/s); isolated >= 1.15 x mlx_lm.server at c8 (total
+tok/s); TTFT p50 isolated <= raw + 5 ms.
+
+Chart (--chart, default beside --json with .png, else bench.png): total tok/s against concurrency
+for the four paths (c1: the single stream's end-to-end tok/s, which is its total), a PNG drawn by
+matplotlib (Agg). Without matplotlib the chart is skipped, with a hint: pip install -e '.[bench]'.
+
+Then, with the servers idle (mlx_lm.server is stopped after the memory readings):
+  memory     RSS (psutil) of the isolated server's parent and of its worker, of the in-process
+             server and of mlx_lm.server. Target: parent <= 80 MB.
   recovery   isolated server only, --repeats times: read the worker's pid and `ready_s` (its
              spawn-to-ready seconds) from /health, kill -9 the worker, and at once send a small
              non-streaming chat request (max_tokens 4, 5 s client timeout, or 3 times the
@@ -107,17 +139,19 @@ Then, with both servers idle:
              and one reading in a task. Target: >= 1,000 events/s, the reader gets every event
              and the other is dropped with stream.lagged.
 
-JSON (--json): ratios.isolated_vs_raw and ratios.in_process_vs_raw (each with c1 = decode,
+JSON (--json): ratios.isolated_vs_raw, ratios.in_process_vs_raw, ratios.mlx_lm_server_vs_raw,
+ratios.isolated_vs_mlx_lm_server and ratios.in_process_vs_mlx_lm_server (each with c1 = decode,
 c1_e2e, ttft_p50, and cN = total tok/s), ratios.isolated_vs_in_process,
-ttft_ms.p50.{raw,in_process,isolated}, results.{raw,in_process,isolated},
-rss_mb.{parent,worker,in_process}, recovery_s and worker_ready_s (medians), recovery.runs (each
-kill, split), cancel_ms.{p50,max}, cancel_steps.{p50,max} and cancel (runs, per-step time,
-outcomes), overload (reject_ms.{p50,p99,max,count}, admitted_vs_unloaded, admitted_tok_s, CPU,
-runs), event_latency_ms.{p50,p95,max} (with by_type, publish_to_arrival_ms, worker_exited,
-samples), events.hub_events_per_s and events.lagging_subscriber_ratio (with tok/s, CPU, events
-per run, what the lagging subscriber got, hub_micro, runs), targets. For older readers
-ratios.mlxhost_vs_raw and ttft_ms.p50.mlxhost remain, as aliases of the isolated figures;
-results.mlxhost is gone.
+ttft_ms.{p50,p95}.{raw,mlx_lm_server,in_process,isolated} (with ttft_ms.count and
+ttft_ms.by_concurrency.<path>.cN.{p50,p95}), results.{raw,mlx_lm_server,in_process,isolated},
+mlx_lm_server (command, cached prompt tokens), rss_mb.{parent,worker,in_process,mlx_lm_server},
+chart (the PNG's path, or null), recovery_s and worker_ready_s (medians), recovery.runs (each kill,
+split), cancel_ms.{p50,max}, cancel_steps.{p50,max} and cancel (runs, per-step time, outcomes),
+overload (reject_ms.{p50,p99,max,count}, admitted_vs_unloaded, admitted_tok_s, CPU, runs),
+event_latency_ms.{p50,p95,max} (with by_type, publish_to_arrival_ms, worker_exited, samples),
+events.hub_events_per_s and events.lagging_subscriber_ratio (with tok/s, CPU, events per run, what
+the lagging subscriber got, hub_micro, runs), targets. For older readers ratios.mlxhost_vs_raw and
+ttft_ms.p50.mlxhost remain, as aliases of the isolated figures; results.mlxhost is gone.
 """
 
 from __future__ import annotations
@@ -175,9 +209,39 @@ REQUEST_TIMEOUT_S = 900.0
 MAX_BATCH = 32
 PREFILL_BATCH = 8
 
-PATHS = ("raw", "in_process", "isolated")
-SERVED = ("in_process", "isolated")
-LABELS = {"raw": "raw", "in_process": "in-process", "isolated": "isolated"}
+PATHS = ("raw", "mlx_lm_server", "in_process", "isolated")
+SERVED = ("in_process", "isolated")  # the mlxhost servers
+HTTP_PATHS = ("mlx_lm_server", *SERVED)
+LABELS = {
+    "raw": "raw",
+    "mlx_lm_server": "mlx_lm.server",
+    "in_process": "in-process",
+    "isolated": "isolated",
+}
+DEFAULT_CONCURRENCY = [1, 4, 8, 16]
+# The mlxhost servers admit at least this many sessions at once (the parent's default is 8), and
+# always at least the highest concurrency, so that no stream of a cN run is queued.
+MIN_MAX_ACTIVE = 16
+# TTFT: single-stream requests after the throughput runs, the paths taking turns.
+TTFT_REQUESTS = {"full": 20, "quick": 10}
+TTFT_MAX_TOKENS = 32  # or max_tokens, if lower
+# Targets on the table's figures.
+ISOLATED_VS_RAW_MIN = 0.95  # at every concurrency
+ISOLATED_VS_MLX_LM_SERVER_MIN = 1.15
+ISOLATED_VS_MLX_LM_SERVER_AT = 8  # concurrency
+TTFT_SLACK_MS = 5.0  # TTFT p50: isolated <= raw + this
+MLX_LM_SERVER_ANSWER_TIMEOUT_S = 60.0  # the first request, which waits for the model to load
+# mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
+# it, and the extra ones wait for the kernel's SYN retransmit (1 s), or are reset. It is given
+# mlxhost's backlog (hypercorn's default, 100) unless --mlx-lm-server-backlog says otherwise.
+MLX_LM_SERVER_BACKLOG = 100
+MLX_LM_SERVER_LAUNCHER = (
+    "import sys, http.server; http.server.ThreadingHTTPServer.request_queue_size = {backlog}; "
+    "sys.argv[0] = 'mlx_lm.server'; from mlx_lm.server import main; main()"
+)
+# A stream whose connection fails before the response head (mlx_lm.server, backlog overflow) is
+# tried again, at most this many times in all; its time counts from the first try.
+STREAM_ATTEMPTS = 3
 
 RECOVERY_MAX_TOKENS = 4
 RECOVERY_ATTEMPT_TIMEOUT_S = 5.0
@@ -271,6 +335,7 @@ class BatchRun:
 
     tokens: list[int]  # per stream
     wall_s: float
+    ttft_s: list[float] = field(default_factory=list)  # per stream: its start to its first token
 
     @property
     def total_tok_s(self) -> float:
@@ -281,6 +346,7 @@ class BatchRun:
 class Measurements:
     single: list[StreamRun] = field(default_factory=list)
     batches: dict[int, list[BatchRun]] = field(default_factory=dict)
+    ttft_probes: list[StreamRun] = field(default_factory=list)  # the TTFT requests
 
 
 def median(values: Sequence[float]) -> float:
@@ -390,17 +456,22 @@ class RawMLX:
             start = time.perf_counter()
             uids = generator.insert([prompt] * concurrency, max_tokens=[max_tokens] * concurrency)
             counts = dict.fromkeys(uids, 0)
+            firsts: dict[int, float] = {}
             running = set(uids)
             while running:
                 _, responses = generator.next()
+                now = time.perf_counter()
                 for response in responses:
                     counts[response.uid] += 1
+                    firsts.setdefault(response.uid, now)
                     if response.finish_reason is not None:
                         running.discard(response.uid)
             wall = time.perf_counter() - start
         finally:
             generator.close()
-        return BatchRun([counts[uid] for uid in uids], wall)
+        return BatchRun(
+            [counts[uid] for uid in uids], wall, [firsts[uid] - start for uid in uids]
+        )
 
 
 # -- mlxhost over HTTP ---------------------------------------------------------------------------
@@ -504,6 +575,114 @@ def running_server(
         server.stop()
 
 
+def free_port() -> int:
+    """A TCP port free now (mlx_lm.server takes no port 0); a start that lost it is retried."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class MlxLmServer:
+    """mlx-lm's own server, `python -m mlx_lm server`, on a free port; its log is kept."""
+
+    def __init__(self, model_path: Path, max_batch: int, max_tokens: int, backlog: int) -> None:
+        self.name = "mlx_lm_server"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.backlog = backlog or 5  # 0: as shipped, socketserver's 5
+        env = dict(os.environ)
+        # The model is a local directory: nothing to fetch, and nothing should be tried.
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        if backlog:
+            # mlx_lm.server's own main(), its listening socket's backlog set first.
+            launch = ["-c", MLX_LM_SERVER_LAUNCHER.format(backlog=int(backlog))]
+        else:
+            launch = ["-m", "mlx_lm", "server"]
+        self.command = [
+            sys.executable, *launch,
+            "--model", str(model_path), "--host", "127.0.0.1", "--port", str(self.port),
+            "--decode-concurrency", str(max_batch), "--prompt-concurrency", str(PREFILL_BATCH),
+            "--max-tokens", str(max_tokens),
+        ]  # fmt: skip
+        self.log: collections.deque[tuple[float, str]] = collections.deque(maxlen=5000)
+        self.started = time.perf_counter()
+        self.ready_s: float | None = None  # start to the first answer (the model loaded)
+        self.process = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, env=env,
+        )  # fmt: skip
+        self.pid = self.process.pid
+        threading.Thread(target=self._read_log, name="mlx-lm-server-log", daemon=True).start()
+
+    def _read_log(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append((time.perf_counter(), line.rstrip("\n")))
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(line for _, line in list(self.log)[-lines:])
+
+    def wait_ready(self, prompt: str, timeout: float = SERVER_START_TIMEOUT_S) -> str:
+        """Poll /health until it answers 200, then send one short chat request: the model loads
+        in the server's generation thread after /health is already up."""
+        deadline = time.perf_counter() + timeout
+        with httpx.Client(base_url=self.url, timeout=5.0) as client:
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(
+                        f"mlx_lm.server exited with code {self.process.returncode}:\n"
+                        f"{self.log_tail()}"
+                    )
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"mlx_lm.server did not answer in time:\n{self.log_tail()}")
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+            response = client.post(
+                "/v1/chat/completions",
+                json=chat_body(prompt, 1, stream=False),
+                timeout=MLX_LM_SERVER_ANSWER_TIMEOUT_S,
+            )
+            if response.status_code != 200:
+                raise RuntimeError(
+                    f"mlx_lm.server answered {response.status_code}: {response.text}\n"
+                    f"{self.log_tail()}"
+                )
+        self.ready_s = time.perf_counter() - self.started
+        return self.url
+
+    def stop(self) -> None:
+        """SIGTERM (it has no handler: the process ends), SIGKILL if need be."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_mlx_lm_server(
+    model_path: Path, max_batch: int, max_tokens: int, backlog: int, prompt: str, attempts: int = 3
+) -> MlxLmServer:
+    """A ready mlx_lm.server; a start that lost its port to someone else is retried."""
+    for attempt in range(attempts):
+        server = MlxLmServer(model_path, max_batch, max_tokens, backlog)
+        try:
+            server.wait_ready(prompt)
+            return server
+        except BaseException as exc:
+            server.stop()
+            lost_port = "Address already in use" in server.log_tail(50)
+            if not lost_port or attempt + 1 == attempts or not isinstance(exc, RuntimeError):
+                raise
+            progress(f"mlx_lm.server: port {server.port} was taken; retrying")
+    raise AssertionError("unreachable")
+
+
 def rss_mb(pid: int | None) -> float | None:
     if pid is None:
         return None
@@ -519,6 +698,10 @@ class HTTPBench:
         self.prompt = prompt
         self.max_tokens = max_tokens
         self.prompt_tokens: int | None = None  # as the server counted them
+        # usage.prompt_tokens_details.cached_tokens (mlx_lm.server's prompt cache) to how often
+        self.cached_tokens: collections.Counter[int] = collections.Counter()
+        # Streams tried again after their connection failed before the response head, by error.
+        self.retries: collections.Counter[str] = collections.Counter()
 
     def _body(self, max_tokens: int) -> dict[str, Any]:
         return {
@@ -538,7 +721,17 @@ class HTTPBench:
         frames = 0
         done = False
         start = time.perf_counter()
-        async with self.client.stream("POST", "/v1/chat/completions", json=body) as response:
+        async with contextlib.AsyncExitStack() as stack:
+            for attempt in range(1, STREAM_ATTEMPTS + 1):
+                try:
+                    response = await stack.enter_async_context(
+                        self.client.stream("POST", "/v1/chat/completions", json=body)
+                    )
+                    break
+                except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError) as exc:
+                    if attempt == STREAM_ATTEMPTS:
+                        raise
+                    self.retries[type(exc).__name__] += 1
             if response.status_code != 200:
                 await response.aread()
                 raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
@@ -553,9 +746,12 @@ class HTTPBench:
                 chunk = json.loads(data)
                 if "error" in chunk:
                     raise RuntimeError(f"the stream failed: {chunk['error']}")
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
-                    self.prompt_tokens = chunk["usage"]["prompt_tokens"]
+                if usage := chunk.get("usage"):
+                    tokens = usage["completion_tokens"]
+                    self.prompt_tokens = usage["prompt_tokens"]
+                    details = usage.get("prompt_tokens_details") or {}
+                    if details.get("cached_tokens") is not None:
+                        self.cached_tokens[int(details["cached_tokens"])] += 1
                 if any(choice["delta"].get("content") for choice in chunk["choices"]):
                     first = now if first is None else first
                     last = now
@@ -571,7 +767,7 @@ class HTTPBench:
         start = time.perf_counter()
         runs = await asyncio.gather(*(self.stream(max_tokens) for _ in range(concurrency)))
         wall = time.perf_counter() - start
-        return BatchRun([run.tokens for run in runs], wall)
+        return BatchRun([run.tokens for run in runs], wall, [run.ttft_s for run in runs])
 
 
 # -- recovery of the isolated server -------------------------------------------------------------
@@ -1585,6 +1781,9 @@ class Plan:
     repeats: int
     concurrency: list[int]
     json_path: Path | None
+    chart_path: Path
+    ttft_requests: int
+    mlx_lm_server_backlog: int
 
     @property
     def max_batch(self) -> int:
@@ -1605,7 +1804,7 @@ def parse_concurrency(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None) -> Plan:
     parser = argparse.ArgumentParser(
-        description="Benchmark mlxhost over HTTP against raw mlx-lm on the same model.",
+        description="Benchmark mlxhost over HTTP against raw mlx-lm and mlx_lm.server, one model.",
     )
     parser.add_argument("--model", type=Path, help="mlx-lm model directory (default: a demo model)")
     parser.add_argument(
@@ -1627,11 +1826,32 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
     parser.add_argument(
         "--concurrency",
         type=parse_concurrency,
-        default=[1, 4, 8],
-        help="comma-separated stream counts; 1 is the single-stream test (default: 1,4,8)",
+        default=list(DEFAULT_CONCURRENCY),
+        help="comma-separated stream counts; 1 is the single-stream test "
+        f"(default: {','.join(map(str, DEFAULT_CONCURRENCY))})",
+    )
+    parser.add_argument(
+        "--ttft-requests",
+        type=int,
+        help="single-stream TTFT requests per path after the throughput runs "
+        f"(default: {TTFT_REQUESTS['full']}, {TTFT_REQUESTS['quick']} with --quick)",
+    )
+    parser.add_argument(
+        "--mlx-lm-server-backlog",
+        type=int,
+        default=MLX_LM_SERVER_BACKLOG,
+        help="listen backlog for mlx_lm.server, set before its main() runs; 0: as shipped "
+        f"(socketserver's 5, which drops connections past it) (default: {MLX_LM_SERVER_BACKLOG}, "
+        "mlxhost's)",
     )
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer tokens")
     parser.add_argument("--json", type=Path, help="also write every figure and ratio to this file")
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        help="PNG of total tok/s against concurrency (default: beside --json with .png, else "
+        "bench.png; needs matplotlib: pip install -e '.[bench]')",
+    )
     args = parser.parse_args(argv)
 
     defaults = QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS
@@ -1641,6 +1861,19 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         parser.error("--max-tokens must be at least 2 (a decode rate needs two tokens)")
     if repeats < 1:
         parser.error("--repeats must be at least 1")
+    ttft_requests = args.ttft_requests
+    if ttft_requests is None:
+        ttft_requests = TTFT_REQUESTS["quick" if args.quick else "full"]
+    if ttft_requests < 0:
+        parser.error("--ttft-requests must be at least 0")
+    if args.mlx_lm_server_backlog < 0:
+        parser.error("--mlx-lm-server-backlog must be at least 0")
+    if args.chart is not None:
+        chart_path = args.chart
+    elif args.json is not None:
+        chart_path = args.json.with_suffix(".png")
+    else:
+        chart_path = Path("bench.png")
     if args.model is not None:
         if not args.model.is_dir():
             parser.error(f"--model: {args.model} is not a directory")
@@ -1649,7 +1882,10 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         progress(f"building the {args.size} demo model (once; it is cached)")
         cache = demo.default_cache_dir() / f"bench-{args.size}"
         model_path, size = demo.make_model(cache, args.size), args.size
-    return Plan(model_path, size, max_tokens, repeats, args.concurrency, args.json)
+    return Plan(
+        model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
+        ttft_requests, args.mlx_lm_server_backlog,
+    )  # fmt: skip
 
 
 def machine_info() -> dict[str, Any]:
@@ -1694,10 +1930,12 @@ def choose_prompt(raw: RawMLX, max_tokens: int) -> tuple[str, list[int], PromptP
 
 
 def server_options(name: str, plan: Plan) -> list[str]:
+    # Every stream of the highest concurrency admitted at once (the parent's default is 8).
+    admit = ["--max-active", str(max(MIN_MAX_ACTIVE, *plan.concurrency))]
     if name == "in_process":
-        return ["--in-process"]
+        return ["--in-process", *admit]
     # No crash-loop backoff and enough respawns for back-to-back kills (see the docstring).
-    return ["--early-exit", "0", "--restart-limit", str(plan.repeats + 3)]
+    return [*admit, "--early-exit", "0", "--restart-limit", str(plan.repeats + 3)]
 
 
 async def measure(
@@ -1724,16 +1962,24 @@ async def measure(
         )
         server.wait_ready()
         servers[name] = server
+    progress(f"{LABELS['mlx_lm_server']}: starting the server")
+    peer = await asyncio.to_thread(
+        start_mlx_lm_server, plan.model_path, plan.max_batch, plan.max_tokens,
+        plan.mlx_lm_server_backlog, prompt,
+    )  # fmt: skip
+    # Stopped after the memory readings (below), or by the caller's stack on an error.
+    servers_stack.callback(peer.stop)
+    urls = {"mlx_lm_server": peer.url, **{name: server.url for name, server in servers.items()}}
 
     limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S)
     async with contextlib.AsyncExitStack() as clients:
         http: dict[str, HTTPBench] = {}
-        for name, server in servers.items():
-            client = httpx.AsyncClient(base_url=server.url, timeout=timeout, limits=limits)
+        for name in HTTP_PATHS:
+            client = httpx.AsyncClient(base_url=urls[name], timeout=timeout, limits=limits)
             client = await clients.enter_async_context(client)
             http[name] = HTTPBench(client, prompt, plan.max_tokens)
-            progress(f"{LABELS[name]}: ready on {server.url}; warming up")
+            progress(f"{LABELS[name]}: ready on {urls[name]}; warming up")
             await http[name].stream()
             if top > 1:
                 await http[name].batch(top, warm_tokens)  # also opens the pooled connections
@@ -1750,6 +1996,25 @@ async def measure(
                     where = f"repeat {repeat + 1}/{plan.repeats} c{concurrency} {LABELS[name]}"
                     progress(f"  {where}: {result}")
 
+        # TTFT: more single-stream requests, short ones, the paths taking turns.
+        ttft_tokens = min(plan.max_tokens, TTFT_MAX_TOKENS)
+        for number in range(plan.ttft_requests):
+            shift = number % len(PATHS)
+            for name in PATHS[shift:] + PATHS[:shift]:
+                if name == "raw":
+                    probe = raw.stream(ids, ttft_tokens)
+                else:
+                    probe = await http[name].stream(ttft_tokens)
+                results[name].ttft_probes.append(probe)
+        progress(
+            f"  TTFT: {plan.ttft_requests} requests of max_tokens {ttft_tokens} per path; p50 "
+            + ", ".join(
+                f"{LABELS[name]} {median([r.ttft_s * 1e3 for r in results[name].ttft_probes]):.1f}"
+                for name in PATHS
+            )
+            + " ms"
+        )
+
         # Memory, after the throughput runs and before any kill.
         isolated = http["isolated"].client
         worker = await isolated_worker(isolated)
@@ -1759,6 +2024,7 @@ async def measure(
             "parent": rss_mb(servers["isolated"].pid),
             "worker": rss_mb(worker.get("pid")),
             "in_process": rss_mb(servers["in_process"].pid),
+            "mlx_lm_server": rss_mb(peer.pid),
             # The servers' own readings, for comparison:
             "worker_reported": reported.get("rss_bytes", 0) / MB or None,
             "in_process_reported": (in_process_health.get("memory") or {}).get("rss_bytes", 0) / MB
@@ -1768,6 +2034,8 @@ async def measure(
             "in_process": in_process_health.get("engine"),
             "isolated": await engine_statistics(uds=worker.get("socket")),
         }
+        # The peer is done: it would only take memory (and its log thread CPU) from here on.
+        await asyncio.to_thread(peer.stop)
 
         # Cancellation, on the isolated server's first worker (before any kill).
         cancel_tokens = CANCEL_MAX_TOKENS.get(plan.size, CANCEL_MAX_TOKENS["tiny"])
@@ -1819,7 +2087,20 @@ async def measure(
     imports_s = worker_import_s()
     return {
         "results": results,
-        "prompt_tokens": {name: http[name].prompt_tokens for name in SERVED},
+        "prompt_tokens": {name: http[name].prompt_tokens for name in HTTP_PATHS},
+        "stream_retries": {name: dict(http[name].retries) for name in HTTP_PATHS},
+        "mlx_lm_server": {
+            "command": peer.command,
+            "options": peer.command[peer.command.index("--model") :],
+            "listen_backlog": peer.backlog,
+            "as_shipped": not plan.mlx_lm_server_backlog,
+            "ready_s": peer.ready_s,
+            # prompt_tokens_details.cached_tokens (its prompt cache) to the number of requests:
+            "cached_prompt_tokens": {
+                str(k): v for k, v in sorted(http["mlx_lm_server"].cached_tokens.items())
+            },
+        },
+        "ttft_max_tokens": ttft_tokens,
         "server_engines": engines,
         "memory": memory,
         "recoveries": recoveries,
@@ -1877,20 +2158,30 @@ def describe_batch(run: BatchRun) -> str:
 
 def summarize(results: Measurements) -> dict[str, Any]:
     summary: dict[str, Any] = {}
+    # TTFT over every single-stream request: the c1 runs and the TTFT requests.
+    ttft_ms = [r.ttft_s * 1e3 for r in [*results.single, *results.ttft_probes]]
     if results.single:
         summary["c1"] = {
             "decode_tok_s": median([r.decode_tok_s for r in results.single]),
-            "ttft_ms_p50": median([r.ttft_s * 1e3 for r in results.single]),
+            "ttft_ms_p50": percentile(ttft_ms, 50),
+            "ttft_ms_p95": percentile(ttft_ms, 95),
+            "ttft_samples": len(ttft_ms),
+            "ttft_ms_p50_c1_runs": median([r.ttft_s * 1e3 for r in results.single]),
             "e2e_tok_s": median([r.e2e_tok_s for r in results.single]),
+            "total_tok_s": median([r.e2e_tok_s for r in results.single]),  # one stream's total
             "tokens": [r.tokens for r in results.single],
             "runs": [
                 {**asdict(r), "decode_tok_s": r.decode_tok_s, "e2e_tok_s": r.e2e_tok_s}
                 for r in results.single
             ],
+            "ttft_requests_ms": [r.ttft_s * 1e3 for r in results.ttft_probes],
         }
     for concurrency, runs in sorted(results.batches.items()):
+        stream_ttft_ms = [t * 1e3 for r in runs for t in r.ttft_s]
         summary[f"c{concurrency}"] = {
             "total_tok_s": median([r.total_tok_s for r in runs]),
+            "ttft_ms_p50": percentile(stream_ttft_ms, 50),
+            "ttft_ms_p95": percentile(stream_ttft_ms, 95),
             "tokens": [r.tokens for r in runs],
             "runs": [{**asdict(r), "total_tok_s": r.total_tok_s} for r in runs],
         }
@@ -1900,10 +2191,10 @@ def summarize(results: Measurements) -> dict[str, Any]:
 class Row(NamedTuple):
     label: str
     values: dict[str, float]  # path to figure
-    tokens: str  # tokens per stream, raw / in-process / isolated
+    tokens: str  # tokens per stream, raw / mlx_lm.server / in-process / isolated
 
-    def ratio(self, path: str) -> float:
-        return ratio(self.values[path], self.values["raw"])
+    def ratio(self, path: str, base: str = "raw") -> float:
+        return ratio(self.values[path], self.values[base])
 
 
 def table_rows(summaries: dict[str, dict[str, Any]]) -> list[Row]:
@@ -1921,11 +2212,17 @@ def table_rows(summaries: dict[str, dict[str, Any]]) -> list[Row]:
     rows: list[Row] = []
     if "c1" in summaries["raw"]:
         rows.append(row("single-stream decode tok/s", "c1", "decode_tok_s"))
-        rows.append(row("single-stream TTFT ms p50", "c1", "ttft_ms_p50"))
         rows.append(row("single-stream end-to-end tok/s", "c1", "e2e_tok_s"))
-    for key in summaries["raw"]:
-        if key != "c1":
-            rows.append(row(f"total tok/s {key}", key, "total_tok_s"))
+    batched = [key for key in summaries["raw"] if key != "c1"]
+    for key in batched:
+        rows.append(row(f"total tok/s {key}", key, "total_tok_s"))
+    if "c1" in summaries["raw"]:
+        samples = summaries["raw"]["c1"]["ttft_samples"]
+        rows.append(row(f"TTFT ms p50 c1 ({samples} requests)", "c1", "ttft_ms_p50"))
+        rows.append(row(f"TTFT ms p95 c1 ({samples} requests)", "c1", "ttft_ms_p95"))
+    for key in batched:
+        rows.append(row(f"TTFT ms p50 {key} (all streams)", key, "ttft_ms_p50"))
+        rows.append(row(f"TTFT ms p95 {key} (all streams)", key, "ttft_ms_p95"))
     return rows
 
 
@@ -2047,6 +2344,9 @@ def print_report(
     startup: dict[str, float | None],
     cancel: dict[str, Any],
     overload: dict[str, Any],
+    targets: dict[str, Any],
+    mlx_lm_server: dict[str, Any] | None = None,
+    stream_retries: dict[str, dict[str, int]] | None = None,
 ) -> None:
     machine, model, version = info["machine"], info["model"], info["versions"]
     print(
@@ -2065,8 +2365,9 @@ def print_report(
     )
     print()
     header = (
-        "measurement", "raw", "in-process", "isolated", "in-proc/raw", "isolated/raw",
-        "tokens/stream raw / in-proc / isolated",
+        "measurement", "raw", "mlx_lm.server", "in-process", "isolated", "in-proc/raw",
+        "isolated/raw", "isolated/mlx_lm.server",
+        "tokens/stream raw / mlx_lm.server / in-proc / isolated",
     )  # fmt: skip
     lines = [
         (
@@ -2074,13 +2375,43 @@ def print_report(
             *(f"{row.values[path]:.1f}" for path in PATHS),
             f"{row.ratio('in_process'):.3f}",
             f"{row.ratio('isolated'):.3f}",
+            f"{row.ratio('isolated', 'mlx_lm_server'):.3f}",
             row.tokens,
         )
         for row in rows
     ]
-    print_table(header, lines, ["<", ">", ">", ">", ">", ">", "<"])
+    print_table(header, lines, ["<", *">" * 7, "<"])
     print()
-    print("ratio = path / raw: above 1 is better for tok/s rows, worse for TTFT.")
+    print(
+        "ratio = path / base: above 1 is better for tok/s rows, worse for TTFT. TTFT c1: every "
+        "single-stream request (the c1 runs and the TTFT requests); cN: every stream of the cN "
+        "runs, from its own start."
+    )
+    if mlx_lm_server is not None:
+        cached = ", ".join(
+            f"{tokens} tokens x{count}"
+            for tokens, count in mlx_lm_server["cached_prompt_tokens"].items()
+        )
+        backlog = mlx_lm_server["listen_backlog"]
+        how = (
+            "as shipped"
+            if mlx_lm_server["as_shipped"]
+            else "its own main(), the listen backlog raised from socketserver's 5"
+        )
+        options = " ".join(mlx_lm_server["options"])
+        print(
+            f"mlx_lm.server: {how} (listen backlog {backlog}); options {options}; start "
+            f"to first answer {mlx_lm_server['ready_s']:.2f} s; prompt tokens served from its "
+            f"prompt cache (usage cached_tokens), by request: {cached or '?'}"
+        )
+    for name, retries in (stream_retries or {}).items():
+        if retries:
+            listed = ", ".join(f"{kind} x{count}" for kind, count in retries.items())
+            print(
+                f"{LABELS[name]}: streams tried again after their connection failed before the "
+                f"response head: {listed} (the time counts from the first try)"
+            )
+    print_targets(targets)
 
     def mb(value: float | None) -> str:
         return "?" if value is None else f"{value:.1f} MB"
@@ -2099,6 +2430,7 @@ def print_report(
         f"  in-process        {mb(memory['in_process']):>10}   "
         f"(its own reading in /health: {mb(memory['in_process_reported'])})"
     )
+    print(f"  mlx_lm.server     {mb(memory.get('mlx_lm_server')):>10}")
 
     print()
     print(
@@ -2363,6 +2695,150 @@ def path_ratios(summaries: dict[str, dict[str, Any]], path: str, base: str) -> d
     return ratios
 
 
+def at_least(value: float | None, bound: float) -> bool | None:
+    """value >= bound; None when there is no value (nan)."""
+    if value is None or math.isnan(value):
+        return None
+    return value >= bound
+
+
+def speed_targets(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The targets on the table's figures (see the docstring)."""
+    vs_raw = path_ratios(summaries, "isolated", "raw")
+    vs_peer = path_ratios(summaries, "isolated", "mlx_lm_server")
+    levels = list(summaries["raw"])  # c1, c4, ...
+    by_level = {key: at_least(vs_raw.get(key), ISOLATED_VS_RAW_MIN) for key in levels}
+    peer_key = f"c{ISOLATED_VS_MLX_LM_SERVER_AT}"
+    ttft = {path: summaries[path].get("c1", {}).get("ttft_ms_p50") for path in PATHS}
+    gap = None
+    if ttft["isolated"] is not None and ttft["raw"] is not None:
+        gap = ttft["isolated"] - ttft["raw"]
+    return {
+        "isolated_vs_raw_min": ISOLATED_VS_RAW_MIN,
+        "isolated_vs_raw": {key: vs_raw.get(key) for key in levels},
+        "isolated_vs_raw_ok_by_concurrency": by_level,
+        "isolated_vs_raw_ok": None
+        if not by_level or None in by_level.values()
+        else all(by_level.values()),
+        "isolated_vs_mlx_lm_server_min": ISOLATED_VS_MLX_LM_SERVER_MIN,
+        "isolated_vs_mlx_lm_server_at": peer_key,
+        "isolated_vs_mlx_lm_server": vs_peer.get(peer_key),
+        "isolated_vs_mlx_lm_server_ok": at_least(
+            vs_peer.get(peer_key), ISOLATED_VS_MLX_LM_SERVER_MIN
+        ),
+        "ttft_p50_slack_ms": TTFT_SLACK_MS,
+        "ttft_p50_ms": {"isolated": ttft["isolated"], "raw": ttft["raw"]},
+        "ttft_p50_isolated_minus_raw_ms": gap,
+        "ttft_ok": None if gap is None or math.isnan(gap) else gap <= TTFT_SLACK_MS,
+    }
+
+
+def print_targets(targets: dict[str, Any]) -> None:
+    def verdict(ok: bool | None) -> str:
+        return "?" if ok is None else ("pass" if ok else "FAIL")
+
+    def number(value: float | None, digits: int = 3) -> str:
+        return "?" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+    print()
+    print("targets:")
+    levels = ", ".join(
+        f"{key} {number(value)}" + (" (decode)" if key == "c1" else "")
+        + ("" if targets["isolated_vs_raw_ok_by_concurrency"][key] is not False else " FAIL")
+        for key, value in targets["isolated_vs_raw"].items()
+    )  # fmt: skip
+    print(
+        f"  isolated >= {ISOLATED_VS_RAW_MIN:g} x raw at every concurrency: {levels}: "
+        f"{verdict(targets['isolated_vs_raw_ok'])}"
+    )
+    print(
+        f"  isolated >= {ISOLATED_VS_MLX_LM_SERVER_MIN:g} x mlx_lm.server at "
+        f"{targets['isolated_vs_mlx_lm_server_at']} (total tok/s): "
+        f"{number(targets['isolated_vs_mlx_lm_server'])}: "
+        f"{verdict(targets['isolated_vs_mlx_lm_server_ok'])}"
+    )
+    ttft = targets["ttft_p50_ms"]
+    print(
+        f"  TTFT p50 isolated <= raw + {TTFT_SLACK_MS:g} ms: isolated {number(ttft['isolated'], 2)}"
+        f" ms, raw {number(ttft['raw'], 2)} ms (difference "
+        f"{number(targets['ttft_p50_isolated_minus_raw_ms'], 2)} ms): {verdict(targets['ttft_ok'])}"
+    )
+
+
+def write_chart(
+    path: Path, summaries: dict[str, dict[str, Any]], concurrency: list[int], title: str
+) -> Path | None:
+    """Total tok/s against concurrency for every path, and the isolated server's ratios; a PNG.
+    None, with a hint, when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        progress(
+            "chart skipped: matplotlib is not installed; install it with "
+            "pip install -e '.[bench]' (or pip install matplotlib)"
+        )
+        return None
+
+    def total(path_name: str, level: int) -> float:
+        return summaries[path_name].get(f"c{level}", {}).get("total_tok_s", float("nan"))
+
+    styles = {
+        "raw": ("tab:gray", "s", "--"),
+        "mlx_lm_server": ("tab:orange", "^", "-"),
+        "in_process": ("tab:blue", "D", "-"),
+        "isolated": ("tab:green", "o", "-"),
+    }
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(9, 7.5), dpi=110, sharex=True, gridspec_kw={"height_ratios": [3, 1.4]}
+    )
+    for name in PATHS:
+        color, marker, line = styles[name]
+        values = [total(name, level) for level in concurrency]
+        top.plot(
+            concurrency, values, color=color, marker=marker, linestyle=line, linewidth=2,
+            markersize=7, label=LABELS[name],
+        )  # fmt: skip
+        for level, value in zip(concurrency, values, strict=True):
+            if name == "isolated" and not math.isnan(value):
+                top.annotate(
+                    f"{value:,.0f}", (level, value), textcoords="offset points", xytext=(0, 8),
+                    ha="center", fontsize=8, color=color,
+                )  # fmt: skip
+    top.set_ylabel("total tok/s (all streams)")
+    top.set_ylim(bottom=0)
+    top.set_title(title, fontsize=10)
+    top.grid(True, alpha=0.3)
+    top.legend(loc="upper left")
+
+    for base, color, bound in (
+        ("raw", "tab:gray", ISOLATED_VS_RAW_MIN),
+        ("mlx_lm_server", "tab:orange", ISOLATED_VS_MLX_LM_SERVER_MIN),
+    ):
+        values = [ratio(total("isolated", level), total(base, level)) for level in concurrency]
+        bottom.plot(
+            concurrency, values, color=color, marker="o", linewidth=2,
+            label=f"isolated / {LABELS[base]} (target >= {bound:g})",
+        )  # fmt: skip
+        bottom.axhline(bound, color=color, linestyle=":", linewidth=1)
+    bottom.axhline(1.0, color="black", linewidth=0.6)
+    bottom.set_ylabel("ratio")
+    bottom.set_xlabel("concurrent streams (c1: one stream's end-to-end tok/s)")
+    bottom.grid(True, alpha=0.3)
+    bottom.legend(loc="best", fontsize=8)
+    bottom.set_xscale("log", base=2)
+    bottom.set_xticks(concurrency)
+    bottom.set_xticklabels([str(level) for level in concurrency])
+    bottom.minorticks_off()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
 def json_document(
     plan: Plan,
     info: dict[str, Any],
@@ -2374,7 +2850,18 @@ def json_document(
     overload: dict[str, Any],
 ) -> dict[str, Any]:
     isolated_vs_raw = path_ratios(summaries, "isolated", "raw")
-    ttft = {path: summaries[path].get("c1", {}).get("ttft_ms_p50") for path in PATHS}
+
+    def ttft_of(figure: str) -> dict[str, Any]:
+        values = {path: summaries[path].get("c1", {}).get(figure) for path in PATHS}
+        return {**values, "mlxhost": values["isolated"]}  # the old key: the isolated server
+
+    by_concurrency = {
+        path: {
+            key: {"p50": figures["ttft_ms_p50"], "p95": figures["ttft_ms_p95"]}
+            for key, figures in summaries[path].items()
+        }
+        for path in PATHS
+    }
     memory = measured["memory"]
     return {
         **info,
@@ -2387,17 +2874,30 @@ def json_document(
             "prefill_batch": PREFILL_BATCH,
             "server_options": {
                 **{name: server_options(name, plan) for name in SERVED},
+                "mlx_lm_server": measured["mlx_lm_server"]["options"],
                 "overload": overload_options(),
             },
+            "ttft_requests": plan.ttft_requests,
+            "ttft_max_tokens": measured["ttft_max_tokens"],
         },
         "results": summaries,
         "ratios": {
             "isolated_vs_raw": isolated_vs_raw,
+            "isolated_vs_mlx_lm_server": path_ratios(summaries, "isolated", "mlx_lm_server"),
             "in_process_vs_raw": path_ratios(summaries, "in_process", "raw"),
+            "in_process_vs_mlx_lm_server": path_ratios(summaries, "in_process", "mlx_lm_server"),
+            "mlx_lm_server_vs_raw": path_ratios(summaries, "mlx_lm_server", "raw"),
             "isolated_vs_in_process": path_ratios(summaries, "isolated", "in_process"),
             "mlxhost_vs_raw": isolated_vs_raw,  # the old key: the default (isolated) server
         },
-        "ttft_ms": {"p50": {**ttft, "mlxhost": ttft["isolated"]}},
+        "ttft_ms": {
+            "p50": ttft_of("ttft_ms_p50"),
+            "p95": ttft_of("ttft_ms_p95"),
+            "count": {path: summaries[path].get("c1", {}).get("ttft_samples") for path in PATHS},
+            "by_concurrency": by_concurrency,
+        },
+        "mlx_lm_server": measured["mlx_lm_server"],
+        "stream_retries": measured["stream_retries"],
         "rss_mb": memory,
         "recovery_s": recovery["recovery_s"],
         "worker_ready_s": recovery["worker_ready_s"],
@@ -2407,6 +2907,7 @@ def json_document(
         "cancel": cancel,
         "overload": overload,
         "targets": {
+            **speed_targets(summaries),
             "parent_rss_mb_max": PARENT_RSS_TARGET_MB,
             "parent_rss_ok": None
             if memory["parent"] is None
@@ -2485,14 +2986,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     events = events_summary(measured["hub_runs"], hub, measured["hub_max_tokens"])
     print_report(
-        plan, info, table_rows(summaries), measured["memory"], recovery, startup, cancel, overload
-    )
+        plan, info, table_rows(summaries), measured["memory"], recovery, startup, cancel,
+        overload, speed_targets(summaries), measured["mlx_lm_server"], measured["stream_retries"],
+    )  # fmt: skip
     print_events(event_latency, events)
+
+    title = (
+        f"{Path(info['model']['path']).name} ({info['model']['parameters']:,} parameters), "
+        f"max_tokens {plan.max_tokens}, greedy, medians of {plan.repeats}; "
+        f"{info['machine']['cpu_count']} CPUs, mlx {info['versions']['mlx']}, "
+        f"mlx-lm {info['versions']['mlx_lm']}"
+    )
+    chart = write_chart(plan.chart_path, summaries, plan.concurrency, title)
+    print()
+    print(f"chart: {chart}" if chart else "chart: skipped (matplotlib is not installed)")
 
     if plan.json_path is not None:
         document = json_document(
             plan, info, summaries, measured, recovery, startup, cancel, overload
         )
+        document["chart"] = None if chart is None else str(chart)
         document["event_latency_ms"] = event_latency
         document["events"] = events
         document["targets"].update(

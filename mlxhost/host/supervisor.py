@@ -96,6 +96,7 @@ class Supervisor:
         self._closed = anyio.Event()
         self._respawns: list[float] = []
         self._back_at = 0.0
+        self._hung_reason: str | None = None
 
     # -- for the pool and the proxy ------------------------------------------------------
 
@@ -313,7 +314,33 @@ class Supervisor:
             "worker.ready", worker=self.id, pid=process.pid, ready_ms=int(self.ready_seconds * 1000)
         )
         self._set_state(WorkerState.READY)
-        await _first_of(process.wait, self._terminate.wait)
+        await _first_of(process.wait, self._terminate.wait, lambda: self._watch_liveness(process))
+
+    async def _watch_liveness(self, process: anyio.abc.Process) -> None:
+        """Return (and so end the process) once the worker stops answering its health check.
+
+        A worker that is stopped or wedged, not dead, would otherwise hold its clients forever.
+        """
+        interval, timeout = self.settings.health_interval, self.settings.health_timeout
+        if not interval:
+            await anyio.sleep_forever()
+        transport = httpx.AsyncHTTPTransport(uds=str(self.socket_path))
+        async with httpx.AsyncClient(transport=transport, base_url="http://worker") as probe:
+            while True:
+                await anyio.sleep(interval)
+                try:
+                    with anyio.fail_after(timeout):
+                        (await probe.get("/health")).raise_for_status()
+                except (TimeoutError, httpx.HTTPError) as exc:
+                    if process.returncode is not None:
+                        return
+                    why = f"no answer to a health check within {timeout:g}s"
+                    if not isinstance(exc, TimeoutError):
+                        why = f"its health check failed ({type(exc).__name__})"
+                    logger.error("worker %s: pid %d is hung (%s); killing it", self.id, process.pid, why)
+                    self._hung_reason = why
+                    process.kill()
+                    return
 
     async def _end(self, process: anyio.abc.Process, drain: bool) -> None:
         if drain and self.in_flight:
@@ -343,6 +370,8 @@ class Supervisor:
             code = None
         if reason is None and not was_ready and stderr_tail:
             reason = stderr_tail[-1]
+        if reason is None and self._hung_reason:
+            reason, self._hung_reason = f"hung: {self._hung_reason}", None
         exit = WorkerExit(process.pid, code, signame, time.monotonic() - spawned, was_ready, reason)
         self.last_exit = exit
         planned = self._closing or self._planned_restart
