@@ -2801,12 +2801,6 @@ def write_chart(
             concurrency, values, color=color, marker=marker, linestyle=line, linewidth=2,
             markersize=7, label=LABELS[name],
         )  # fmt: skip
-        for level, value in zip(concurrency, values, strict=True):
-            if name == "isolated" and not math.isnan(value):
-                top.annotate(
-                    f"{value:,.0f}", (level, value), textcoords="offset points", xytext=(0, 8),
-                    ha="center", fontsize=8, color=color,
-                )  # fmt: skip
     top.set_ylabel("total tok/s (all streams)")
     top.set_ylim(bottom=0)
     top.set_title(title, fontsize=10)
