@@ -571,6 +571,9 @@ def running_server(
     server = Server(name, model_path, max_batch, options)
     try:
         yield server
+    except BaseException:
+        progress(f"mlxhost ({name}) log, the last lines:\n{server.log_tail(40)}")
+        raise
     finally:
         server.stop()
 
@@ -2988,8 +2991,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     title = (
         f"{Path(info['model']['path']).name} ({info['model']['parameters']:,} parameters), "
         f"max_tokens {plan.max_tokens}, greedy, medians of {plan.repeats}; "
-        f"{info['machine']['cpu_count']} CPUs, mlx {info['versions']['mlx']}, "
-        f"mlx-lm {info['versions']['mlx_lm']}"
+        f"{info['machine']['cpu_count']} CPUs (load average at start "
+        f"{(info['machine']['load_average_at_start'] or ['?'])[0]}), mlx "
+        f"{info['versions']['mlx']}, mlx-lm {info['versions']['mlx_lm']}"
     )
     chart = write_chart(plan.chart_path, summaries, plan.concurrency, title)
     print()

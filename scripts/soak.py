@@ -179,6 +179,11 @@ def main() -> int:
     parser.add_argument("--kill-every", type=float, default=30.0, help="seconds between worker kills (0: none)")
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds before the baseline")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--rss-limit", type=float, default=RSS_GROWTH_LIMIT,
+        help="allowed RSS growth from the baseline (default 0.05; short runs end while the host's "
+        "bounded buffers, such as its event ring, are still filling)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seconds = args.seconds if args.seconds is not None else 60 * (args.minutes or 10)
@@ -219,7 +224,7 @@ def main() -> int:
     growth = final["rss_mb"] / baseline["rss_mb"] - 1
     fd_growth = final["fds"] - baseline["fds"]
     verdict = {
-        "rss_ok": growth <= RSS_GROWTH_LIMIT,
+        "rss_ok": growth <= args.rss_limit,
         "fds_ok": fd_growth <= 0,
         "clients_ok": not load.failures,
         "host_exit_ok": exit_code == 0,
@@ -239,7 +244,7 @@ def main() -> int:
         "samples": samples,
     }
     print(
-        f"final: RSS {final['rss_mb']:.1f} MB ({growth:+.1%}, limit +{RSS_GROWTH_LIMIT:.0%}), "
+        f"final: RSS {final['rss_mb']:.1f} MB ({growth:+.1%}, limit +{args.rss_limit:.0%}), "
         f"{final['fds']} fds ({fd_growth:+d}); {kills} kills; outcomes {dict(sorted(load.outcomes.items()))}; "
         f"failures {len(load.failures)}; host exit {exit_code}"
     )
