@@ -105,9 +105,11 @@ class Load:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
     def _client(self, rng: random.Random) -> None:
-        with self.host.http(timeout=20) as http:
-            while not self.stop.is_set():
-                self.running.wait()
+        # A connection per request: when the load pauses, no client connection stays open to
+        # blur the parent's file-descriptor count.
+        while not self.stop.is_set():
+            self.running.wait()
+            with self.host.http(timeout=20) as http:
                 body = {
                     "messages": [{"role": "user", "content": "Go on"}],
                     "max_tokens": rng.randint(20, 200),
@@ -162,6 +164,12 @@ class Load:
 
 def quiet_sample(host: Host, load: Load) -> dict[str, float]:
     load.pause(host)
+    # The parent's pooled connections to its worker expire after 5 idle seconds and are pruned
+    # on the next request: wait, then send one, so both quiet moments see the same small pool.
+    time.sleep(6)
+    with host.http() as http:
+        http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
+    time.sleep(0.5)
     samples = [host.sample() for _ in range(3) if not time.sleep(0.2)]
     return {
         "rss_mb": statistics.median(s["rss_mb"] for s in samples),
