@@ -2990,7 +2990,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     title = (
         f"{Path(info['model']['path']).name} ({info['model']['parameters']:,} parameters), "
-        f"max_tokens {plan.max_tokens}, greedy, medians of {plan.repeats}; "
+        f"max_tokens {plan.max_tokens}, greedy, medians of {plan.repeats}\n"
         f"{info['machine']['cpu_count']} CPUs (load average at start "
         f"{(info['machine']['load_average_at_start'] or ['?'])[0]}), mlx "
         f"{info['versions']['mlx']}, mlx-lm {info['versions']['mlx_lm']}"

@@ -22,4 +22,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"the request body is over this server's limit of {limit} bytes")
+    # The rest of the body is never read, so the connection cannot carry another request.
+    return PayloadTooLarge(
+        f"the request body is over this server's limit of {limit} bytes", headers={"connection": "close"}
+    )

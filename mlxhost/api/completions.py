@@ -125,7 +125,8 @@ def _generation_request(
     sampling = SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
-        top_k=body.top_k or 0,
+        # Keeping the top k of a vocabulary no larger than k keeps everything: no filter at all.
+        top_k=body.top_k if body.top_k and body.top_k < service.engine.vocab_size else 0,
         min_p=body.min_p or 0.0,
         seed=body.seed,
         repetition_penalty=body.repetition_penalty,

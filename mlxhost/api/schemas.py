@@ -54,13 +54,13 @@ class _Generation(_Strict):
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
     min_p: Probability | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     stop: StopString | Annotated[list[StopString], Field(max_length=4)] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    repetition_penalty: Annotated[float, Field(gt=0.0, le=10.0)] | None = None
+    repetition_penalty: Annotated[float, Field(ge=0.01, le=10.0)] | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
     n: Literal[1] | None = None
 

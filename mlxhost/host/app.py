@@ -114,7 +114,7 @@ def _peek(body: bytes) -> dict[str, Any]:
     """The fields routing needs; the worker validates the body in full."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # the worker answers the bad body with a 400
         return {}
     return data if isinstance(data, dict) else {}
 

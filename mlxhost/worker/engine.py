@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -32,7 +33,7 @@ from .sampling import SamplerCache, logits_processors_for
 from .sessions import Delta, GenerationRequest, GenerationSession, TokenLogprob
 from .textstream import TextStream
 
-__all__ = ["Engine", "EngineOptions", "EngineStatistics", "EngineStopped"]
+__all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "EngineStopped"]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -267,20 +268,22 @@ class Engine:
         try:
             while True:
                 self._wake.clear()
-                self._take_incoming(generator)
-                self._remove_cancelled(generator)
-                if not self._rows:
-                    if self._stopping and self._incoming.empty():
-                        return
-                    self._wake.wait()
-                    continue
                 try:
+                    self._take_incoming(generator)
+                    self._remove_cancelled(generator)
+                    if not self._rows:
+                        if self._stopping and self._incoming.empty():
+                            return
+                        self._wake.wait()
+                        continue
                     self._step(generator)
                 except Exception as exc:
-                    logger.exception("generation step failed; failing the batch and starting over")
+                    # After an error inside MLX its state can no longer be trusted (a later
+                    # step may fail on arrays left half-built), so the engine ends here: the
+                    # worker process exits and its supervisor starts a clean one.
+                    logger.exception("generation failed; ending the engine")
                     self._fail_all(generator, f"generation failed: {type(exc).__name__}")
-                    generator.close()
-                    generator = self._new_generator(model)
+                    raise EngineFailed(f"generation failed: {type(exc).__name__}: {exc}") from exc
         finally:
             generator.close()
             mx.synchronize()  # no computation may outlive the thread that owns its stream
@@ -389,7 +392,8 @@ class Engine:
                 pairs = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])  # type: ignore[arg-type]
                 alternatives = tuple((self._tokenizer.decode([i]), v) for i, v in pairs)
             token = self._tokenizer.decode([response.token])
-        return TokenLogprob(token, logprobs[response.token].item(), alternatives)
+        alternatives = tuple((t, _finite(v)) for t, v in alternatives)
+        return TokenLogprob(token, _finite(logprobs[response.token].item()), alternatives)
 
     def _fail_all(self, generator: Any, message: str) -> None:
         outputs = []
@@ -414,8 +418,17 @@ class EngineStopped(Exception):
     pass
 
 
+class EngineFailed(Exception):
+    """The generation thread met an error it cannot recover from in this process."""
+
+
 def _cancelled(session: GenerationSession, tokens: int) -> Delta:
     return Delta("", tokens, None, "cancelled", session.cancel_reason)
+
+
+def _finite(logprob: float) -> float:
+    # JSON has no -Infinity (nor NaN); OpenAI reports a token that cannot occur as -9999.0.
+    return logprob if math.isfinite(logprob) else -9999.0
 
 
 def _context_length(model: Any) -> int | None:

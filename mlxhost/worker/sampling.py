@@ -54,7 +54,7 @@ def _seeded_sampler(params: SamplingParams) -> Sampler:
     if params.temperature == 0:
         return make_sampler(temp=0.0)
     assert params.seed is not None
-    key = mx.random.key(params.seed)
+    key = mx.random.key(params.seed % 2**64)  # OpenAI seeds are signed; MLX keys are not
 
     def sample(logprobs: mx.array) -> mx.array:
         nonlocal key
