@@ -6,8 +6,12 @@
      ├── NotFound              404 not_found_error
      ├── MethodNotAllowed      405 invalid_request_error
      ├── PayloadTooLarge       413 invalid_request_error
+     ├── AdmissionRefused      429 resource_admission
+     ├── InternalError         500 internal_error (the message never carries a traceback)
+     ├── WorkerFailed          502 worker_error (the model's worker exited mid-request)
      ├── ServiceUnavailable    503 service_unavailable
-     └── InternalError         500 internal_error (the message never carries a traceback)
+     ├── Cancelled             503 cancelled (an operator or shutdown stopped it)
+     └── TimedOut              504 timeout (the request's deadline passed)
 """
 
 from __future__ import annotations
@@ -21,13 +25,17 @@ from starlette.responses import JSONResponse, Response
 __all__ = [
     "EXCEPTION_HANDLERS",
     "APIError",
+    "Cancelled",
     "InternalError",
     "InvalidRequest",
     "MethodNotAllowed",
     "NotFound",
     "PayloadTooLarge",
+    "AdmissionRefused",
     "ServiceUnavailable",
+    "TimedOut",
     "Unauthorized",
+    "WorkerFailed",
 ]
 
 
@@ -95,6 +103,30 @@ class InternalError(APIError):
     status_code = 500
     type = "internal_error"
     code = "internal_error"
+
+
+class AdmissionRefused(APIError):
+    status_code = 429
+    type = "resource_admission"
+    code = "queue_full"
+
+
+class WorkerFailed(APIError):
+    status_code = 502
+    type = "worker_error"
+    code = "worker_exited"
+
+
+class Cancelled(APIError):
+    status_code = 503
+    type = "cancelled"
+    code = "cancelled"
+
+
+class TimedOut(APIError):
+    status_code = 504
+    type = "timeout"
+    code = "deadline"
 
 
 async def api_error(request: Request, exc: Exception) -> Response:

@@ -20,7 +20,14 @@ import httpx
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from ..api.errors import APIError, ServiceUnavailable
+from ..api.errors import (
+    AdmissionRefused,
+    APIError,
+    Cancelled,
+    ServiceUnavailable,
+    TimedOut,
+    WorkerFailed,
+)
 from ..config import ModelSpec
 from .admission import Admission, QueueFull
 from .pool import ModelPool
@@ -28,7 +35,7 @@ from .sessions import CancelReason, Outcome, Session, SessionRegistry, SessionSt
 from .supervisor import Supervisor
 from .worker_status import WorkerUnavailable
 
-__all__ = ["SessionResponse", "WorkerFailed"]
+__all__ = ["SessionResponse"]
 
 logger = logging.getLogger("mlxhost.relay")
 
@@ -53,30 +60,6 @@ EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken wor
 GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
 FINISH_REASON = re.compile(rb'"finish_reason":"(\w+)"')
 FIRST_TEXT = re.compile(rb'"(?:content|text)":"[^"]')
-
-
-class WorkerFailed(APIError):
-    status_code = 502
-    type = "worker_error"
-    code = "worker_exited"
-
-
-class Refused(APIError):
-    status_code = 429
-    type = "resource_admission"
-    code = "queue_full"
-
-
-class Cancelled(APIError):
-    status_code = 503
-    type = "cancelled"
-    code = "cancelled"
-
-
-class TimedOut(APIError):
-    status_code = 504
-    type = "timeout"
-    code = "deadline"
 
 
 class SessionResponse:
@@ -153,7 +136,7 @@ class SessionResponse:
             self.sessions.events.publish(
                 "admission.rejected", session=session.id, model=self.spec.id, active=stats.active, queued=stats.queued
             )
-            refusal = Refused(
+            refusal = AdmissionRefused(
                 f"the model '{self.spec.id}' is at capacity ({stats.active} running, "
                 f"{stats.queued} waiting); try again shortly",
                 headers={"retry-after": "1"},
