@@ -41,22 +41,22 @@ def _integer(low: int, high: int | None = None) -> Callable[[object], int]:
     return parse
 
 
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError
+    return float(value)
+
+
 def _positive_number(value: object) -> float:
     """a number > 0"""
-    if isinstance(value, bool):
-        raise ValueError
-    number = float(value) if isinstance(value, str | int | float) else None
-    if number is None or not number > 0:
+    if not (number := _number(value)) > 0:
         raise ValueError
     return number
 
 
 def _non_negative_number(value: object) -> float:
     """a number >= 0"""
-    if isinstance(value, bool):
-        raise ValueError
-    number = float(value) if isinstance(value, str | int | float) else None
-    if number is None or not number >= 0:
+    if not (number := _number(value)) >= 0:
         raise ValueError
     return number
 

@@ -58,6 +58,7 @@ HOP_BY_HOP = frozenset(
 SESSION_HEADER = "x-mlxhost-session"
 EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
 GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
+STREAM_TAIL = 2048  # bytes: the finish chunk, a usage chunk and [DONE] fit with room to spare
 FINISH_REASON = re.compile(rb'"finish_reason":"(\w+)"')
 FIRST_TEXT = re.compile(rb'"(?:content|text)":"[^"]')
 
@@ -189,17 +190,14 @@ class SessionResponse:
         self, session: Session, client: _Client, upstream: httpx.Response, supervisor: Supervisor, pid: int
     ) -> Outcome:
         await client.start(upstream.status_code, upstream.headers)
-        finish: bytes | None = None
         tail = b""
         try:
             async for chunk in upstream.aiter_raw():
-                # Only the last frames can carry the finish reason or an error: look at those.
-                window = tail + chunk
-                if match := _last(FINISH_REASON, window):
-                    finish = match
                 if session.first_token_at is None and FIRST_TEXT.search(chunk):
                     session.first_token_at = time.monotonic()
-                tail = window[-256:]
+                # Only the last frames carry the finish reason or an error: keep just those,
+                # and read them once the stream has ended, not on every chunk.
+                tail = (tail + chunk)[-STREAM_TAIL:]
                 await client.body(chunk)
         except httpx.TransportError:
             error = await _worker_failed(supervisor, pid)
@@ -207,7 +205,7 @@ class SessionResponse:
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
         session.advance(SessionState.SETTLING)
         await client.body(b"", more=False)
-        if finish is not None:
+        if (finish := _last(FINISH_REASON, tail)) is not None:
             return Outcome.completed(finish.decode())
         return _outcome_of_stream_error(tail)
 
