@@ -80,6 +80,10 @@ def _serve(settings: Settings) -> None:
 
     try:
         anyio.run(serve, settings, backend="asyncio")
+        if settings.in_process:  # this process loaded MLX: see exit_now
+            from .shutdown import exit_now
+
+            exit_now(0)
     except* (StartupError, ModelNotFound) as group:
         sys.exit(f"mlxhost: {group.exceptions[0]}")
 

@@ -7,14 +7,29 @@ requests `grace` seconds; a second request ends the wait at once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 import anyio
 
-__all__ = ["Shutdown"]
+__all__ = ["Shutdown", "exit_now"]
 
 logger = logging.getLogger("mlxhost")
+
+
+def exit_now(code: int = 0) -> None:
+    """End a process that has loaded MLX, once it has shut down cleanly.
+
+    Interpreter teardown can race MLX's native destructors (a joinable C++ thread destroyed:
+    "terminate called without an active exception", SIGABRT) after all our work is done. Flush
+    what we wrote and leave without that teardown.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class Shutdown:

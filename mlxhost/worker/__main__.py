@@ -28,7 +28,7 @@ from ..protocol import (
     ReadyLine,
     SessionProgress,
 )
-from ..shutdown import Shutdown
+from ..shutdown import Shutdown, exit_now
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -58,6 +58,7 @@ def main() -> None:
         stream=sys.stderr,
     )
     anyio.run(_run, record, settings, backend="asyncio")
+    exit_now(0)
 
 
 async def _run(record: LaunchRecord, settings: Settings) -> None:
