@@ -247,7 +247,7 @@ class Settings:
         5.0, _positive_number, "SSE comment interval while a stream has no tokens"
     )
     stream_interval: float = _option(
-        0.01,
+        0.05,
         _non_negative_number,
         "shortest gap in seconds between two SSE frames of a stream; faster tokens are sent "
         "together (0: a frame per token)",

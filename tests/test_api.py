@@ -83,6 +83,27 @@ def test_streaming_chat_matches_the_whole_answer(client: openai.OpenAI) -> None:
     assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
 
 
+def test_tokens_faster_than_the_stream_interval_share_frames(client: openai.OpenAI) -> None:
+    # The tiny model makes hundreds of tokens a second; at the default 50 ms between frames they
+    # arrive several to a frame, and none is lost or reordered on the way.
+    whole = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=300, temperature=0)
+    stream = client.chat.completions.create(
+        model="tiny",
+        messages=HELLO,
+        max_tokens=300,
+        temperature=0,
+        logprobs=True,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    content = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    tokens = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content or []]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(tokens)
+    assert "".join(c.choices[0].delta.content or "" for c in content) == whole.choices[0].message.content
+    assert len(content) <= len(tokens) / 2, f"{len(content)} frames for {len(tokens)} tokens"
+
+
 def test_text_completions_whole_and_streamed(client: openai.OpenAI) -> None:
     whole = client.completions.create(model="tiny", prompt="Once upon", max_tokens=30, temperature=0)
     assert whole.object == "text_completion"

@@ -20,7 +20,6 @@ from ..worker.engine import Engine, EngineStopped
 from ..worker.sessions import (
     Delta,
     GenerationRequest,
-    GenerationSession,
     SamplingParams,
     TokenLogprob,
 )
@@ -176,10 +175,11 @@ async def _frames(
         if first is not None:
             yield sse(first)
         while True:
-            delta: Any = None
-            # Comments keep proxies and clients from timing out during a long prefill.
-            with anyio.move_on_after(settings.keepalive_seconds):
-                delta = await anext(session, ended)
+            delta: Any = session.ready()
+            if delta is None:
+                # Comments keep proxies and clients from timing out during a long prefill.
+                with anyio.move_on_after(settings.keepalive_seconds):
+                    delta = await anext(session, ended)
             if delta is None:
                 yield KEEPALIVE
                 continue
@@ -187,7 +187,10 @@ async def _frames(
                 return
             wait = last_frame + settings.stream_interval - anyio.current_time()
             if wait > 0 and delta.finish_reason is None:
-                delta = await _merge_for(session, delta, wait)
+                # Tokens that come faster than `stream_interval` go out as one frame: past a
+                # hundred frames a second nobody sees the difference, but the CPU does.
+                await session.wait_ended(wait)
+                delta = session.merge_ready(delta)
             if delta.text or delta.logprobs:
                 yield sse(fmt.content_chunk(delta))
                 last_frame = anyio.current_time()
@@ -201,21 +204,6 @@ async def _frames(
                 yield sse(_failure(delta).body())
             yield DONE
             return
-
-
-async def _merge_for(session: GenerationSession, delta: Delta, seconds: float) -> Delta:
-    """Tokens that come faster than `stream_interval` go out as one frame.
-
-    A frame per token costs the host and, above all, the client a wake-up, a write and a JSON
-    parse each; past a hundred tokens a second nobody sees the difference, but the CPU does.
-    Slower streams (every token later than the interval) are never held back.
-    """
-    with anyio.move_on_after(seconds):
-        async for more in session:
-            delta = delta.merge(more)
-            if delta.finish_reason is not None:
-                break
-    return delta
 
 
 async def _whole(

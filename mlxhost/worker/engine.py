@@ -37,6 +37,8 @@ __all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "Engin
 
 logger = logging.getLogger("mlxhost.engine")
 
+INLINE_ENCODE_CHARS = 2048
+
 
 @dataclass(frozen=True)
 class EngineOptions:
@@ -163,13 +165,22 @@ class Engine:
                 ids = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)
             return list(ids)
 
-        return await anyio.to_thread.run_sync(encode)
+        return await self._encode_off_loop(encode, sum(len(m["content"]) for m in messages))
 
     async def encode(self, text: str) -> list[int]:
         def encode() -> list[int]:
             with self._tokenizer_lock:
                 return list(self._tokenizer.encode(text))
 
+        return await self._encode_off_loop(encode, len(text))
+
+    async def _encode_off_loop(self, encode: Callable[[], list[int]], chars: int) -> list[int]:
+        # A short prompt tokenizes in tens of microseconds, less than the hop to a worker thread
+        # and back costs (about half a millisecond, all of it before the first token); only a
+        # long one is worth keeping off the event loop. The lock is only ever held for one
+        # encode, so waiting for it on the loop is as short as the work.
+        if chars <= INLINE_ENCODE_CHARS:
+            return encode()
         return await anyio.to_thread.run_sync(encode)
 
     @property

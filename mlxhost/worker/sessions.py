@@ -9,6 +9,7 @@ slow reader slows only itself and the batch keeps stepping for everyone else.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Callable
@@ -103,6 +104,7 @@ class GenerationSession:
         self._receive: MemoryObjectReceiveStream[Delta]
         self._send, self._receive = anyio.create_memory_object_stream[Delta](CHANNEL_SIZE)
         self._pending: Delta | None = None
+        self._ended_waiter: asyncio.Future[None] | None = None
 
     @property
     def done(self) -> bool:
@@ -120,6 +122,8 @@ class GenerationSession:
         self.tokens = delta.completion_tokens
         if delta.finish_reason is not None:
             self.finish = delta
+            if self._ended_waiter is not None:
+                _wake(self._ended_waiter)
         if self._pending is not None:
             self._pending = self._pending.merge(delta)
             return
@@ -141,8 +145,18 @@ class GenerationSession:
             delta = await self._receive.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-        # Everything already produced goes out as one delta: fewer, larger frames for a reader
-        # that is slower than the model.
+        return self.merge_ready(delta)
+
+    def ready(self) -> Delta | None:
+        """Everything produced and not yet read, as one delta, or None: never waits."""
+        try:
+            delta = self._receive.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            return None
+        return self.merge_ready(delta)
+
+    def merge_ready(self, delta: Delta) -> Delta:
+        """`delta` with everything already produced after it: one larger frame, not many."""
         while True:
             try:
                 delta = delta.merge(self._receive.receive_nowait())
@@ -154,6 +168,32 @@ class GenerationSession:
             self._send.close()
         return delta
 
+    async def wait_ended(self, seconds: float) -> None:
+        """Sleep up to `seconds`, woken early only by the session's end, not by each new delta.
+
+        A reader that holds output back to send it in fewer frames waits here rather than in
+        `async for`, so the event loop does not wake its task once per decode step. This is
+        the hot path of every stream, so it waits on a bare asyncio future and timer rather
+        than an anyio cancel scope, which costs several times more per call; the worker runs
+        on asyncio in any case (Hypercorn serves on asyncio). Cancelling the task still
+        cancels the wait.
+        """
+        if self.finish is not None:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._ended_waiter = loop.create_future()
+        timer = loop.call_later(seconds, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._ended_waiter = None
+
     def close(self) -> None:
         self._receive.close()
         self._send.close()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
