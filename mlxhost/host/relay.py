@@ -13,10 +13,10 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import anyio
-import httpx
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
@@ -33,6 +33,7 @@ from .admission import Admission, QueueFull
 from .pool import ModelPool
 from .sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
 from .supervisor import Supervisor
+from .upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from .worker_status import WorkerUnavailable
 
 __all__ = ["SessionResponse"]
@@ -152,17 +153,16 @@ class SessionResponse:
             )
             return await client.error(error)
         headers = {**self.headers, SESSION_HEADER: session.id}
-        request = http.build_request("POST", self.path, headers=headers, content=self.body)
         try:
-            upstream = await http.send(request, stream=True)
-        except httpx.ConnectError:
+            upstream = await http.post(self.path, headers, self.body)
+        except UpstreamConnectError:
             error = ServiceUnavailable(
                 f"the model '{self.spec.id}' worker is not accepting connections; try again",
                 code="model_restarting",
                 headers={"retry-after": "1"},
             )
             return await client.error(error)
-        except httpx.TransportError:
+        except UpstreamBroken:
             return await client.error(await _worker_failed(supervisor, pid))
         try:
             session.advance(SessionState.RUNNING)
@@ -170,15 +170,14 @@ class SessionResponse:
                 return await self._relay_whole(session, client, upstream, supervisor, pid)
             return await self._relay_stream(session, client, upstream, supervisor, pid)
         finally:
-            with anyio.CancelScope(shield=True):
-                await upstream.aclose()
+            await upstream.aclose()
 
     async def _relay_whole(
-        self, session: Session, client: _Client, upstream: httpx.Response, supervisor: Supervisor, pid: int
+        self, session: Session, client: _Client, upstream: UpstreamResponse, supervisor: Supervisor, pid: int
     ) -> Outcome:
         try:
             content = await upstream.aread()
-        except httpx.TransportError:
+        except UpstreamBroken:
             await client.error(await _worker_failed(supervisor, pid))
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
         session.advance(SessionState.SETTLING)
@@ -187,7 +186,7 @@ class SessionResponse:
         return _outcome_of_whole(upstream.status_code, content, session)
 
     async def _relay_stream(
-        self, session: Session, client: _Client, upstream: httpx.Response, supervisor: Supervisor, pid: int
+        self, session: Session, client: _Client, upstream: UpstreamResponse, supervisor: Supervisor, pid: int
     ) -> Outcome:
         await client.start(upstream.status_code, upstream.headers)
         tail = b""
@@ -199,7 +198,7 @@ class SessionResponse:
                 # and read them once the stream has ended, not on every chunk.
                 tail = (tail + chunk)[-STREAM_TAIL:]
                 await client.body(chunk)
-        except httpx.TransportError:
+        except UpstreamBroken:
             error = await _worker_failed(supervisor, pid)
             await client.body(_sse_error(error), more=False)
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
@@ -222,11 +221,11 @@ class _Client:
         self.event_stream = False
 
     async def start(
-        self, status: int, headers: httpx.Headers | dict[str, str], length: int | None = None
+        self, status: int, headers: Iterable[tuple[str, str]], length: int | None = None
     ) -> None:
         raw = [
             (k.lower().encode("latin-1"), v.encode("latin-1"))
-            for k, v in headers.items()
+            for k, v in headers
             if k.lower() not in HOP_BY_HOP
         ]
         if length is not None:  # a body we hold whole goes out with its length, not chunked
@@ -244,7 +243,7 @@ class _Client:
     async def error(self, error: APIError) -> Outcome:
         """Answer with `error` (nothing was sent yet) and return the outcome it means."""
         response = JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
-        await self.start(response.status_code, dict(response.headers), len(response.body))
+        await self.start(response.status_code, response.headers.items(), len(response.body))
         await self.body(bytes(response.body), more=False)
         if isinstance(error, WorkerFailed):
             return Outcome.cancelled(CancelReason.WORKER_EXITED)

@@ -35,6 +35,7 @@ from ..protocol import (
     parse_line,
 )
 from .events import EventHub
+from .upstream import WorkerClient
 from .worker_status import WorkerExit, WorkerState, WorkerUnavailable
 
 __all__ = ["Supervisor"]
@@ -83,7 +84,7 @@ class Supervisor:
         self.ready_since: float | None = None
         self.in_flight = 0
         self.last_used = time.monotonic()
-        self.client: httpx.AsyncClient | None = None
+        self.client: WorkerClient | None = None
         self._changed = anyio.Event()
         self._exited = anyio.Event()
         self._idle = anyio.Event()
@@ -303,12 +304,7 @@ class Supervisor:
     async def _serve(self, process: anyio.abc.Process, spawned: float) -> None:
         self.ready_seconds = time.monotonic() - spawned
         self.ready_since = time.monotonic()
-        transport = httpx.AsyncHTTPTransport(uds=str(self.socket_path))
-        self.client = httpx.AsyncClient(
-            transport=transport,
-            base_url="http://worker",
-            timeout=httpx.Timeout(None, connect=5.0),
-        )
+        self.client = WorkerClient(str(self.socket_path))
         logger.info("worker %s: ready (pid %d) in %.2fs", self.id, process.pid, self.ready_seconds)
         self.events.publish(
             "worker.ready", worker=self.id, pid=process.pid, ready_ms=int(self.ready_seconds * 1000)
