@@ -112,6 +112,11 @@ def test_one_runs_two_wait_in_order_the_rest_get_429(narrow: Server) -> None:
         request.join()
         assert request.response is not None and request.response.status_code == 200
     assert admission(narrow)["rejected"] == 3
+    # Turned away at the door: counted and announced, but never a session.
+    with narrow.http() as http:
+        metrics = http.get("/metrics").text
+    assert 'mlxhost_requests_total{model="tiny",status="429"} 3.0' in metrics
+    assert sessions(narrow)["opened"] == 3
     closed = [s["id"] for s in sessions(narrow)["recent"]]
     # With one place, the waiters ran after the first, in the order they arrived.
     assert closed.index(running.session) < closed.index(second.session) < closed.index(third.session)

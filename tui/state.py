@@ -270,7 +270,8 @@ def describe(event: Event) -> str:
                 detail = f"{detail}: {e['message']}"
             return f"{e['session']} {e['kind']} ({detail}), {e['tokens']} tokens in {duration(e['age_ms'] / 1000)}"
         case "admission.rejected":
-            return f"{e['session']} rejected by {e['model']}: {e['active']} running, {e['queued']} waiting"
+            who = e.get("session") or "a request"
+            return f"{who} rejected by {e['model']}: {e['active']} running, {e['queued']} waiting"
         case "stream.reset":
             return "missed too many events; re-reading the state"
         case "stream.lagged":

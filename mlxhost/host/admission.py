@@ -56,13 +56,19 @@ class Admission:
             rejected=self.rejected,
         )
 
-    @asynccontextmanager
-    async def slot(self, owner: object) -> AsyncIterator[None]:
-        """Hold one of the `max_active` places; raise QueueFull at once when too many wait."""
+    def turn_away(self) -> bool:
+        """True, and counted as a refusal, when a new arrival could neither run nor wait now."""
         stats = self.statistics()
         can_run_now = stats.active < self.max_active and stats.queued == 0 and self._gate.is_set()
         if not can_run_now and stats.queued >= self.max_queued:
             self.rejected += 1
+            return True
+        return False
+
+    @asynccontextmanager
+    async def slot(self, owner: object) -> AsyncIterator[None]:
+        """Hold one of the `max_active` places; raise QueueFull at once when too many wait."""
+        if self.turn_away():
             raise QueueFull
         if not self._gate.is_set():
             self._at_gate += 1

@@ -24,7 +24,7 @@ from .admission import Admission
 from .events import EventHub
 from .metrics import CONTENT_TYPE, HostMetrics
 from .pool import ModelPool, UnknownModel
-from .relay import SessionResponse
+from .relay import SessionResponse, refusal
 from .sessions import SessionRegistry
 from .worker_status import WorkerState
 
@@ -96,9 +96,16 @@ async def generate(request: Request) -> Any:
         spec = state.pool.resolve(fields.get("model"))
     except UnknownModel as exc:
         raise NotFound(str(exc), param="model", code="model_not_found") from None
+    admission = state.admission(spec)
+    if admission.turn_away():
+        # Refused at the door, before a session, its task and its events exist: under overload
+        # these refusals are most of the traffic, and each costs the CPU the admitted streams run on.
+        if state.metrics is not None:
+            state.metrics.requests.labels(spec.id, "429").inc()
+        raise refusal(spec.id, admission, state.sessions.events)
     return SessionResponse(
         pool=state.pool,
-        admission=state.admission(spec),
+        admission=admission,
         sessions=state.sessions,
         spec=spec,
         body=body,

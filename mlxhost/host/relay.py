@@ -30,13 +30,14 @@ from ..api.errors import (
 )
 from ..config import ModelSpec
 from .admission import Admission, QueueFull
+from .events import EventHub
 from .pool import ModelPool
 from .sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
 from .supervisor import Supervisor
 from .upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from .worker_status import WorkerUnavailable
 
-__all__ = ["SessionResponse"]
+__all__ = ["SessionResponse", "refusal"]
 
 logger = logging.getLogger("mlxhost.relay")
 
@@ -134,16 +135,7 @@ class SessionResponse:
                 async with supervisor.lease() as pid:
                     return await self._relay(session, client, supervisor, pid)
         except QueueFull:
-            stats = self.admission.statistics()
-            self.sessions.events.publish(
-                "admission.rejected", session=session.id, model=self.spec.id, active=stats.active, queued=stats.queued
-            )
-            refusal = AdmissionRefused(
-                f"the model '{self.spec.id}' is at capacity ({stats.active} running, "
-                f"{stats.queued} waiting); try again shortly",
-                headers={"retry-after": "1"},
-            )
-            return await client.error(refusal)
+            return await client.error(refusal(self.spec.id, self.admission, self.sessions.events, session.id))
 
     async def _relay(self, session: Session, client: _Client, supervisor: Supervisor, pid: int) -> Outcome:
         http = supervisor.client
@@ -266,6 +258,18 @@ class _Client:
         if guard.cancelled_caught:
             self._session.cancel(CancelReason.CONSUMER_IDLE)
             await anyio.lowlevel.checkpoint()
+
+
+def refusal(model: str, admission: Admission, events: EventHub, session: str | None = None) -> AdmissionRefused:
+    """The 429 for a request the model's admission turned away, announced to the operator."""
+    stats = admission.statistics()
+    who = {"session": session} if session else {}  # none when refused before a session opened
+    events.publish("admission.rejected", **who, model=model, active=stats.active, queued=stats.queued)
+    return AdmissionRefused(
+        f"the model '{model}' is at capacity ({stats.active} running, {stats.queued} waiting); "
+        "try again shortly",
+        headers={"retry-after": "1"},
+    )
 
 
 async def _watch_disconnect(receive: Receive, session: Session) -> None:
