@@ -243,6 +243,10 @@ class Settings:
     max_batch: int = _option(32, _integer(1, 1024), "sequences decoded together in one step")
     prefill_batch: int = _option(8, _integer(1, 1024), "prompts prefilled together")
     prefill_step: int = _option(2048, _integer(16), "prompt tokens per prefill chunk")
+    prompt_cache_size: int = _option(
+        10, _integer(0), "finished generations whose KV cache is kept for prompts that share a prefix (0: off)"
+    )
+    prompt_cache_mb: int = _option(1024, _integer(0), "most memory the kept KV caches may hold, in MiB")
     keepalive_seconds: float = _option(
         5.0, _positive_number, "SSE comment interval while a stream has no tokens"
     )

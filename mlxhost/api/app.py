@@ -72,6 +72,7 @@ async def health(request: Request) -> Response:
             "context_length": engine.context_length,
             "load_seconds": round(engine.load_seconds, 3),
             "engine": asdict(engine.statistics()),
+            "prompt_cache": asdict(engine.prompt_cache_statistics()),
             "memory": {**engine.memory(), "rss_bytes": psutil.Process().memory_info().rss},
         },
         status_code=200 if service.accepting else 503,

@@ -199,7 +199,7 @@ async def _frames(
             if delta.finish_reason in ("stop", "length"):
                 yield sse(fmt.finish_chunk(delta.finish_reason))
                 if fmt.include_usage:
-                    yield sse(fmt.usage_chunk(delta.completion_tokens))
+                    yield sse(fmt.usage_chunk(delta))
             else:
                 yield sse(_failure(delta).body())
             yield DONE

@@ -20,11 +20,13 @@ def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, final: Delta) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": final.completion_tokens,
+        "total_tokens": prompt_tokens + final.completion_tokens,
+        # As OpenAI reports prompt caching: these prompt tokens were not computed again.
+        "prompt_tokens_details": {"cached_tokens": final.cached_tokens},
     }
 
 
@@ -36,8 +38,8 @@ class _Format:
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def usage_chunk(self, completion_tokens: int) -> dict[str, Any]:
-        return self._chunk([], usage=usage(self.prompt_tokens, completion_tokens))
+    def usage_chunk(self, final: Delta) -> dict[str, Any]:
+        return self._chunk([], usage=usage(self.prompt_tokens, final))
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         chunk = {
@@ -85,7 +87,7 @@ class ChatFormat(_Format):
                     "finish_reason": final.finish_reason,
                 }
             ],
-            "usage": usage(self.prompt_tokens, final.completion_tokens),
+            "usage": usage(self.prompt_tokens, final),
         }
 
 
@@ -113,7 +115,7 @@ class CompletionFormat(_Format):
             "created": self.created,
             "model": self.model,
             "choices": [self._text_choice(text, logprobs, final.finish_reason)],
-            "usage": usage(self.prompt_tokens, final.completion_tokens),
+            "usage": usage(self.prompt_tokens, final),
         }
 
     def _text_choice(

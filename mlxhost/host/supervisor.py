@@ -49,6 +49,8 @@ WORKER_OPTIONS = (
     "max_batch",
     "prefill_batch",
     "prefill_step",
+    "prompt_cache_size",
+    "prompt_cache_mb",
     "keepalive_seconds",
     "stream_interval",
     "shutdown_grace",

@@ -29,6 +29,7 @@ import mlx.core as mx
 import mlx_lm
 from mlx_lm.generate import BatchGenerator
 
+from .prompt_cache import PromptCache, PromptCacheStatistics
 from .sampling import SamplerCache, logits_processors_for
 from .sessions import Delta, GenerationRequest, GenerationSession, TokenLogprob
 from .textstream import TextStream
@@ -45,6 +46,8 @@ class EngineOptions:
     max_batch: int = 32
     prefill_batch: int = 8
     prefill_step: int = 2048
+    prompt_cache_entries: int = 10
+    prompt_cache_bytes: int = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class _Row:
     uid: int
     text: TextStream
     tokens: int = 0
+    cached: int = 0  # prompt tokens taken from the prompt cache
 
 
 @dataclass
@@ -103,6 +107,7 @@ class Engine:
         self._finished = anyio.Event()
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
         self._sampler_cache = SamplerCache()
+        self._prompt_cache = PromptCache(options.prompt_cache_entries, options.prompt_cache_bytes)
         # Called on the event loop as each session ends, before its reader sees the end.
         self.on_finished: Callable[[GenerationSession], None] | None = None
 
@@ -240,6 +245,9 @@ class Engine:
             max_cancel_lag_steps=max(c.cancel_lags) if c.cancel_lags else None,
         )
 
+    def prompt_cache_statistics(self) -> PromptCacheStatistics:
+        return self._prompt_cache.statistics()
+
     def memory(self) -> dict[str, int]:
         return {
             "active_bytes": mx.get_active_memory(),
@@ -328,15 +336,20 @@ class Engine:
                 admitted.append(session)
         if admitted:
             samplers = self._sampler_cache
+            starts = [self._prompt_cache.take(s.request.prompt) for s in admitted]
+            cached = [len(s.request.prompt) - len(rest) for s, (_, rest) in zip(admitted, starts, strict=True)]
             uids = generator.insert(
-                [s.request.prompt for s in admitted],
+                [rest for _, rest in starts],
                 max_tokens=[s.request.max_tokens for s in admitted],
+                caches=[cache for cache, _ in starts],
+                all_tokens=[s.request.prompt[:n] for s, n in zip(admitted, cached, strict=True)],
                 samplers=[samplers.sampler_for(s.request.sampling) for s in admitted],
                 logits_processors=[logits_processors_for(s.request.sampling) for s in admitted],
             )
-            for uid, session in zip(uids, admitted, strict=True):
+            for uid, session, hit in zip(uids, admitted, cached, strict=True):
                 detokenizer = self._tokenizer.detokenizer
-                self._rows[uid] = _Row(session, uid, TextStream(detokenizer, session.request.stop))
+                text = TextStream(detokenizer, session.request.stop)
+                self._rows[uid] = _Row(session, uid, text, cached=hit)
                 self._counters.prompt_tokens += len(session.request.prompt)
         self._publish(outputs)
 
@@ -385,10 +398,12 @@ class Engine:
             logprobs = None
             if row.session.request.logprobs is not None:
                 logprobs = [self._logprob(response, row.session.request.logprobs)]
-            outputs.append((row.session, Delta(text, row.tokens, logprobs, finish)))
+            outputs.append((row.session, Delta(text, row.tokens, logprobs, finish, cached_tokens=row.cached)))
             if finish is not None:
                 del self._rows[row.uid]
                 counters.completed += 1
+                if response.prompt_cache is not None:  # it ended inside the generator: KV intact
+                    self._prompt_cache.keep(response.all_tokens, response.prompt_cache)
         if stopped:
             generator.remove(stopped)
         self._publish(outputs)

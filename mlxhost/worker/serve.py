@@ -37,7 +37,13 @@ async def serve_model(
     background: Background | None = None,
 ) -> None:
     """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
-    options = EngineOptions(settings.max_batch, settings.prefill_batch, settings.prefill_step)
+    options = EngineOptions(
+        settings.max_batch,
+        settings.prefill_batch,
+        settings.prefill_step,
+        prompt_cache_entries=settings.prompt_cache_size,
+        prompt_cache_bytes=settings.prompt_cache_mb << 20,
+    )
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id)
         listener = Listener(binds)

@@ -72,6 +72,7 @@ class Delta:
     logprobs: list[TokenLogprob] | None = None
     finish_reason: FinishReason | None = None
     error: str | None = None  # why, when finish_reason is "cancelled" or "error"
+    cached_tokens: int = 0  # prompt tokens served from the prompt cache
 
     def merge(self, later: Delta) -> Delta:
         logprobs = None
@@ -83,6 +84,7 @@ class Delta:
             logprobs=logprobs,
             finish_reason=later.finish_reason,
             error=later.error,
+            cached_tokens=later.cached_tokens,
         )
 
 

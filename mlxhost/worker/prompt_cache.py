@@ -1,0 +1,73 @@
+"""Reusing the KV state of earlier requests, so a shared prefix is not prefilled again.
+
+A chat's next turn repeats the whole conversation so far; an agent sends the same long system
+prompt with every call. When a generation ends, its KV cache (prompt and reply) is kept, keyed by
+its tokens; a later prompt that shares a prefix with one starts from a copy of it and prefills only
+the rest. mlx-lm's `LRUPromptCache` (the one mlx_lm.server uses) does the keeping: a token trie,
+least recently used first out, bounded by entries and bytes.
+
+Runs in the generation thread only: the states are MLX arrays of that thread's stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+
+__all__ = ["PromptCache", "PromptCacheStatistics"]
+
+_MODEL = "model"  # one engine serves one model; the trie is keyed by model too
+
+
+@dataclass(frozen=True)
+class PromptCacheStatistics:
+    entries: int
+    bytes: int
+    lookups: int
+    hits: int
+    cached_tokens: int  # prompt tokens not prefilled, over all requests
+
+
+class PromptCache:
+    def __init__(self, entries: int, max_bytes: int) -> None:
+        self.enabled = entries > 0 and max_bytes > 0
+        self._lru = LRUPromptCache(max_size=max(entries, 1), max_bytes=max_bytes)
+        self._lookups = 0
+        self._hits = 0
+        self._cached_tokens = 0
+
+    def take(self, prompt: list[int]) -> tuple[list[Any] | None, list[int]]:
+        """A KV cache to start `prompt` from (None: from scratch) and the tokens left to prefill.
+
+        At least one token is always left: its logits give the first generated token.
+        """
+        if not self.enabled:
+            return None, prompt
+        self._lookups += 1
+        cache, rest = self._lru.fetch_nearest_cache(_MODEL, prompt)
+        if cache is None:
+            return None, prompt
+        if not rest:  # an exact hit: step back one token to compute from
+            if not can_trim_prompt_cache(cache):
+                return None, prompt
+            trim_prompt_cache(cache, 1)
+            rest = prompt[-1:]
+        self._hits += 1
+        self._cached_tokens += len(prompt) - len(rest)
+        return cache, list(rest)
+
+    def keep(self, tokens: list[int], cache: list[Any]) -> None:
+        """Keep the KV cache of a finished generation, whose KV holds exactly `tokens`."""
+        if self.enabled and tokens:
+            self._lru.insert_cache(_MODEL, list(tokens), cache)
+
+    def statistics(self) -> PromptCacheStatistics:
+        return PromptCacheStatistics(
+            entries=len(self._lru),
+            bytes=self._lru.nbytes,
+            lookups=self._lookups,
+            hits=self._hits,
+            cached_tokens=self._cached_tokens,
+        )
