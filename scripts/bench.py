@@ -28,7 +28,7 @@ mlx_lm.server  the peer: `python -m mlx_lm server` (or `mlx_lm.server`) from the
                cache stays on (its default): a repeated prompt is served from cached KV, which the
                usage chunk shows as prompt_tokens_details.cached_tokens (recorded in the JSON).
 in-process     `python -m mlxhost serve --in-process`: the serving core and the model in one
-               process.
+               process. Its prompt cache is on (its default), as mlx_lm.server's is.
 isolated       `python -m mlxhost serve` (the default): a parent process that never imports MLX,
                proxying each request over a private Unix socket to a worker process that holds
                the model.
@@ -45,7 +45,7 @@ Figures, each the median over the repeats:
   decode tok/s    (tokens - 1) / (time of the last token - time of the first token), one stream.
                   The first token is not counted because its time is the TTFT. Over HTTP the
                   "token times" are those of the first and last SSE frames with non-empty content
-                  (mlxhost coalesces tokens that come within --stream-interval, 10 ms by default,
+                  (mlxhost coalesces tokens that come within --stream-interval, 50 ms by default,
                   into one frame; mlx_lm.server sends a frame per token).
   TTFT p50, p95   call (or request start) to the first token (first frame with content), one
                   stream at a time: over every single-stream request of the path, the c1 runs and,
@@ -2092,6 +2092,12 @@ async def measure(
         "results": results,
         "prompt_tokens": {name: http[name].prompt_tokens for name in HTTP_PATHS},
         "stream_retries": {name: dict(http[name].retries) for name in HTTP_PATHS},
+        # Every server's usage.prompt_tokens_details.cached_tokens (its prompt cache) to how many
+        # requests reported it; raw mlx-lm has no prompt cache and prefills every prompt.
+        "cached_prompt_tokens": {
+            name: {str(k): v for k, v in sorted(http[name].cached_tokens.items())}
+            for name in HTTP_PATHS
+        },
         "mlx_lm_server": {
             "command": peer.command,
             "options": peer.command[peer.command.index("--model") :],
@@ -2350,6 +2356,7 @@ def print_report(
     targets: dict[str, Any],
     mlx_lm_server: dict[str, Any] | None = None,
     stream_retries: dict[str, dict[str, int]] | None = None,
+    cached_prompt_tokens: dict[str, dict[str, int]] | None = None,
 ) -> None:
     machine, model, version = info["machine"], info["model"], info["versions"]
     print(
@@ -2407,6 +2414,10 @@ def print_report(
             f"to first answer {mlx_lm_server['ready_s']:.2f} s; prompt tokens served from its "
             f"prompt cache (usage cached_tokens), by request: {cached or '?'}"
         )
+    for name in ("in_process", "isolated"):
+        by_request = (cached_prompt_tokens or {}).get(name) or {}
+        listed = ", ".join(f"{tokens} tokens x{count}" for tokens, count in by_request.items())
+        print(f"{LABELS[name]}: prompt tokens served from its prompt cache, by request: {listed or '?'}")
     for name, retries in (stream_retries or {}).items():
         if retries:
             listed = ", ".join(f"{kind} x{count}" for kind, count in retries.items())
@@ -2895,6 +2906,7 @@ def json_document(
         },
         "mlx_lm_server": measured["mlx_lm_server"],
         "stream_retries": measured["stream_retries"],
+        "cached_prompt_tokens": measured["cached_prompt_tokens"],
         "rss_mb": memory,
         "recovery_s": recovery["recovery_s"],
         "worker_ready_s": recovery["worker_ready_s"],
@@ -2985,6 +2997,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(
         plan, info, table_rows(summaries), measured["memory"], recovery, startup, cancel,
         overload, speed_targets(summaries), measured["mlx_lm_server"], measured["stream_retries"],
+        measured["cached_prompt_tokens"],
     )  # fmt: skip
     print_events(event_latency, events)
 
