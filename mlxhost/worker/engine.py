@@ -48,6 +48,10 @@ class EngineOptions:
     prefill_step: int = 2048
     prompt_cache_entries: int = 10
     prompt_cache_bytes: int = 1 << 30
+    # Decoded text reaches the event loop at most this often (first tokens and endings at once).
+    # Each hand-over wakes the loop, whose Python then holds the GIL the generation thread needs
+    # between steps; readers send frames only every stream_interval anyway.
+    publish_interval: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ class Engine:
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
         self._sampler_cache = SamplerCache()
         self._prompt_cache = PromptCache(options.prompt_cache_entries, options.prompt_cache_bytes)
+        self._held: list[tuple[GenerationSession, Delta]] = []  # decoded, not yet handed over
+        self._published_at = 0.0
         # Called on the event loop as each session ends, before its reader sees the end.
         self.on_finished: Callable[[GenerationSession], None] | None = None
 
@@ -379,6 +385,7 @@ class Engine:
         eos = self._tokenizer.eos_token_ids
         outputs: list[tuple[GenerationSession, Delta]] = []
         stopped: list[int] = []
+        urgent = False  # a first token (TTFT) or an ending goes out with this step
         for response in responses:
             row = self._rows.get(response.uid)
             if row is None:
@@ -399,6 +406,7 @@ class Engine:
             if row.session.request.logprobs is not None:
                 logprobs = [self._logprob(response, row.session.request.logprobs)]
             outputs.append((row.session, Delta(text, row.tokens, logprobs, finish, cached_tokens=row.cached)))
+            urgent = urgent or finish is not None or row.tokens == 1
             if finish is not None:
                 del self._rows[row.uid]
                 counters.completed += 1
@@ -406,7 +414,11 @@ class Engine:
                     self._prompt_cache.keep(response.all_tokens, response.prompt_cache)
         if stopped:
             generator.remove(stopped)
-        self._publish(outputs)
+        now = time.monotonic()
+        if urgent or now - self._published_at >= self.options.publish_interval:
+            self._publish(outputs)
+        else:
+            self._held += outputs
 
     def _logprob(self, response: Any, top: int) -> TokenLogprob:
         logprobs = response.logprobs
@@ -432,8 +444,11 @@ class Engine:
     def _publish(self, outputs: list[tuple[GenerationSession, Delta]]) -> None:
         # The generation thread never waits for the event loop (anyio's from_thread would make
         # it wait); the host runs on asyncio anyway, since Hypercorn serves on asyncio.
+        if self._held:  # what was held back goes first: a session's deltas stay in order
+            outputs, self._held = self._held + outputs, []
         if not outputs or self._loop is None:
             return
+        self._published_at = time.monotonic()
         try:
             self._loop.call_soon_threadsafe(self._deliver, outputs)
         except RuntimeError:

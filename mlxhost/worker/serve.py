@@ -27,6 +27,9 @@ logger = logging.getLogger("mlxhost")
 Background = Callable[[Engine], Coroutine[Any, Any, None]]
 
 
+PUBLISH_INTERVAL_MAX = 0.005  # seconds: a reader never waits for text longer than this
+
+
 async def serve_model(
     settings: Settings,
     model_path: Path,
@@ -43,6 +46,7 @@ async def serve_model(
         settings.prefill_step,
         prompt_cache_entries=settings.prompt_cache_size,
         prompt_cache_bytes=settings.prompt_cache_mb << 20,
+        publish_interval=min(settings.stream_interval / 4, PUBLISH_INTERVAL_MAX),
     )
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id)
