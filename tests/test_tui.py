@@ -297,8 +297,8 @@ EVENTS = [
     _event(44, "session.progress", 3.5, session="s-0123456789ab", model="qwen-0.5b", tokens=330, tokens_per_s=25.1),
     _memory(45, 3, 580),
     _event(46, "session.closed", 2, session="s-fedcba987654", model="qwen-0.5b", tokens=16, age_ms=2000, kind="completed", finish_reason="length"),
-    _event(47, "admission.rejected", 1.5, session="s-999999999999", model="llama-3b", active=1, queued=2),
-    _event(48, "session.closed", 1.5, session="s-999999999999", model="llama-3b", tokens=0, age_ms=3, kind="failed", code="queue_full", message="at capacity"),
+    _event(47, "admission.rejected", 1.6, model="llama-3b", active=1, queued=2),  # refused at the door: no session
+    _event(48, "admission.rejected", 1.5, model="llama-3b", active=1, queued=2),
     _event(49, "worker.exited", 1.2, worker="llama-3b", pid=5002, code=None, signal="SIGKILL", uptime_s=61.0, ready=True, reason=None),
     _event(50, "worker.restarting", 1.1, worker="llama-3b", attempt=2, max=5, delay_ms=0),
     _event(51, "worker.spawned", 1.0, worker="llama-3b", model="llama-3b", pid=5003),
