@@ -1,4 +1,7 @@
-"""Sessions: every request the host takes, from arrival to its one outcome.
+"""Sessions: every request the host takes in, from arrival to its one outcome.
+
+A request that admission turns away with 429 never becomes one: it is counted and announced
+(`admission.rejected`) and answered at the door.
 
     queued → preparing → running → settling → closed
 
