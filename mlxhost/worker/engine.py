@@ -176,20 +176,20 @@ class Engine:
                 ids = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)
             return list(ids)
 
-        return await self._encode_off_loop(encode, sum(len(m["content"]) for m in messages))
+        return await self._run_encode(encode, sum(len(m["content"]) for m in messages))
 
     async def encode(self, text: str) -> list[int]:
         def encode() -> list[int]:
             with self._tokenizer_lock:
                 return list(self._tokenizer.encode(text))
 
-        return await self._encode_off_loop(encode, len(text))
+        return await self._run_encode(encode, len(text))
 
-    async def _encode_off_loop(self, encode: Callable[[], list[int]], chars: int) -> list[int]:
+    async def _run_encode(self, encode: Callable[[], list[int]], chars: int) -> list[int]:
         # A short prompt tokenizes in tens of microseconds, less than the hop to a worker thread
         # and back costs (about half a millisecond, all of it before the first token); only a
         # long one is worth keeping off the event loop. The lock is only ever held for one
-        # encode, so waiting for it on the loop is as short as the work.
+        # encode or one token's logprob decode, so waiting for it on the loop is as short.
         if chars <= INLINE_ENCODE_CHARS:
             return encode()
         return await anyio.to_thread.run_sync(encode)
@@ -444,8 +444,8 @@ class Engine:
     def _publish(self, outputs: list[tuple[GenerationSession, Delta]]) -> None:
         # The generation thread never waits for the event loop (anyio's from_thread would make
         # it wait); the host runs on asyncio anyway, since Hypercorn serves on asyncio.
-        if self._held:  # what was held back goes first: a session's deltas stay in order
-            outputs, self._held = self._held + outputs, []
+        if self._held:  # what was held back goes first, merged: one delta per session
+            outputs, self._held = _merged(self._held + outputs), []
         if not outputs or self._loop is None:
             return
         self._published_at = time.monotonic()
@@ -453,6 +453,14 @@ class Engine:
             self._loop.call_soon_threadsafe(self._deliver, outputs)
         except RuntimeError:
             pass  # the event loop is closed: nobody is left to read
+
+
+def _merged(outputs: list[tuple[GenerationSession, Delta]]) -> list[tuple[GenerationSession, Delta]]:
+    by_session: dict[GenerationSession, Delta] = {}  # insertion-ordered: sessions keep their order
+    for session, delta in outputs:
+        earlier = by_session.get(session)
+        by_session[session] = delta if earlier is None else earlier.merge(delta)
+    return list(by_session.items())
 
 
 class EngineStopped(Exception):
