@@ -75,6 +75,17 @@ def _optional_text(value: object) -> str | None:
     return value or None
 
 
+def _names(value: object) -> tuple[str, ...]:
+    """a name, a comma-separated list of names, or a list of names"""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError
+    names = tuple(i.strip() for i in items if i.strip())
+    if any(any(c.isspace() or not c.isprintable() for c in name) for name in names):
+        raise _Invalid("names with spaces or control characters")
+    return names
+
+
 def _boolean(value: object) -> bool:
     """true or false"""
     if isinstance(value, bool):
@@ -210,13 +221,43 @@ class Settings:
     admin_token: str | None = _option(
         None, _optional_text, "token for the admin API on TCP (default: generated at start)"
     )
-    api_key: str | None = _option(None, _optional_text, "if set, /v1 requests on TCP need it as a Bearer token")
+    api_key: str | None = _option(
+        None,
+        _optional_text,
+        "if set, /v1 requests on TCP need it ('Authorization: Bearer KEY' or 'x-api-key: KEY'); "
+        "prefer MLXHOST_API_KEY or api_key_file to a flag, which other users can read in ps",
+    )
+    api_key_file: str | None = _option(
+        None, _optional_text, "a file of API keys, one per line, each accepted like api_key"
+    )
+    allowed_hosts: tuple[str, ...] = _option(
+        (),
+        _names,
+        "Host names accepted besides 127.0.0.1, localhost and [::1] when bound to loopback "
+        "(against DNS rebinding); when bound elsewhere, if set, the only ones accepted",
+        repeat=True,
+    )
+    cors_origins: tuple[str, ...] = _option(
+        (),
+        _names,
+        "browser origins (https://app.example) allowed to call the API; any other Origin gets 403",
+        repeat=True,
+    )
+    max_connections: int = _option(
+        512, _integer(1), "open client connections at once; more are answered 503 and closed"
+    )
+    body_timeout: float = _option(
+        30.0, _positive_number, "seconds a client may take to send a request body (then 408)"
+    )
+    http2: bool = _option(False, _boolean, "also speak HTTP/2 (h2c); off: HTTP/1.1 only")
     max_resident: int = _option(2, _integer(1), "most models loaded at once")
     memory_budget: int = _option(
         0, _integer(0), "bytes the loaded models may use together, from their readings (0: no budget)"
     )
     idle_ttl: float = _option(0.0, _non_negative_number, "unload a model unused this many seconds (0: never)")
-    load_timeout: float = _option(120.0, _positive_number, "seconds a worker may take to become ready")
+    load_timeout: float = _option(
+        900.0, _positive_number, "seconds a worker may take to become ready (large models load slowly)"
+    )
     restart_limit: int = _option(3, _integer(0), "respawns allowed within restart_window")
     restart_window: float = _option(60.0, _positive_number, "seconds of the rolling restart window")
     crash_backoff: float = _option(
@@ -230,6 +271,11 @@ class Settings:
     )
     health_timeout: float = _option(
         10.0, _positive_number, "a worker that does not answer its check this long is killed and respawned"
+    )
+    stall_timeout: float = _option(
+        300.0,
+        _positive_number,
+        "a worker whose generation thread spends this long in one step is hung: killed and respawned",
     )
     worker_command: str | None = _option(
         None, _optional_text, "command that starts a worker (default: this Python, -m mlxhost.worker)"

@@ -102,8 +102,8 @@ def start_server(
     *args: str, env: dict[str, str] | None = None, tcp: bool = True, timeout: float = 60.0
 ) -> Server:
     command = [sys.executable, "-m", "mlxhost", "serve", *args]
-    if "--admin-token" not in args:
-        command += ["--admin-token", ADMIN_TOKEN]
+    if not any(a.startswith("--admin-token") for a in args):
+        command += [f"--admin-token={ADMIN_TOKEN}"]  # one argv word: a token may start with '-'
     if tcp:
         command += ["--port", "0"]
     process = subprocess.Popen(

@@ -54,6 +54,7 @@ WORKER_OPTIONS = (
     "keepalive_seconds",
     "stream_interval",
     "shutdown_grace",
+    "stall_timeout",
     "log_level",
 )
 STDERR_KEPT = 20
