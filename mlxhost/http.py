@@ -1,8 +1,11 @@
 """Hypercorn under anyio: bind first, then serve until told to stop.
 
-Hypercorn has no anyio backend, so this runs its asyncio server under anyio on asyncio. Binding
-ourselves (instead of `hypercorn.asyncio.serve`) lets the caller learn the real port of `:0`,
-fail fast on a used address, and announce readiness only once the sockets exist.
+Hypercorn has no anyio backend, so this runs its asyncio connection handler (`TCPServer`) under
+anyio on asyncio. Binding ourselves (instead of `hypercorn.asyncio.serve`) lets the caller learn
+the real port of `:0`, fail fast on a used address, and announce readiness only once the sockets
+exist. Accepting ourselves (instead of Hypercorn's `worker_serve`, which has no such option) lets
+us cap open connections: past `max_connections` a new one gets a 503 and is closed, so idle or
+trickling clients cannot hold every file descriptor and task of the host.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
-from hypercorn.asyncio.run import worker_serve
+from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config, Sockets
 from hypercorn.utils import wrap_app
 from starlette.types import ASGIApp
@@ -28,8 +32,22 @@ class BindError(Exception):
     pass
 
 
+_BUSY_BODY = (
+    b'{"error":{"message":"too many open connections; try again","type":"service_unavailable",'
+    b'"param":null,"code":"busy"}}'
+)
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
+REFUSE_TIMEOUT = 1.0  # writing the 503 to a connection we will not serve must not take long
+
+
 class Listener:
-    def __init__(self, binds: list[str], graceful_timeout: float = 3.0) -> None:
+    def __init__(
+        self, binds: list[str], graceful_timeout: float = 3.0, max_connections: int | None = None
+    ) -> None:
+        self.max_connections = max_connections
         self.config = Config()
         self.config.bind = binds
         # Unix sockets are created 0600 in one step: no moment where others could connect.
@@ -49,25 +67,55 @@ class Listener:
 
     async def serve(self, app: ASGIApp, stop: anyio.Event) -> None:
         """Serve until `stop` is set. Run it in a task of its own (see `serve_in`)."""
-        try:
-            await worker_serve(
-                wrap_app(app, self.config.wsgi_max_body_size, "asgi"),  # type: ignore[arg-type]  # Starlette and Hypercorn type ASGI apart
-                self.config,
-                sockets=self._sockets,
-                shutdown_trigger=stop.wait,
-            )
-        except asyncio.CancelledError:
+        loop = asyncio.get_running_loop()
+        wrapped = wrap_app(app, self.config.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]  # Starlette and Hypercorn type ASGI apart
+        context = WorkerContext(None)
+        connections: set[asyncio.Task[None]] = set()
+
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if self.max_connections is not None and len(connections) >= self.max_connections:
+                await _refuse(writer)
+                return
             task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            # Hypercorn cancels connections still open after graceful_timeout (idle keep-alive
-            # ones too) and then re-raises their CancelledError from worker_serve, although
-            # nobody cancelled this task: that is a normal end of serving here.
-            logging.getLogger("mlxhost").debug("closed connections left open past the graceful timeout")
+            assert task is not None
+            connections.add(task)  # type: ignore[arg-type]
+            try:
+                await TCPServer(wrapped, loop, self.config, context, {}, reader, writer)
+            finally:
+                connections.discard(task)  # type: ignore[arg-type]
+
+        servers = []
+        try:
+            for sock in self._sockets.insecure_sockets:
+                servers.append(await asyncio.start_server(on_connection, backlog=self.config.backlog, sock=sock))
+            await stop.wait()
         finally:
-            for bind in self.config.bind:
-                if bind.startswith("unix:"):
-                    remove_socket_file(Path(bind[5:]))
+            with anyio.CancelScope(shield=True):
+                # As Hypercorn's own shutdown: no new connections, idle keep-alive ones close,
+                # busy ones get graceful_timeout to finish, then they are cancelled.
+                await context.terminated.set()
+                for server in servers:
+                    server.close()
+                if connections:
+                    _, left = await asyncio.wait(set(connections), timeout=self.config.graceful_timeout)
+                    for task in left:
+                        task.cancel()
+                    if left:
+                        logging.getLogger("mlxhost").debug("closed %d connection(s) left open past the graceful timeout", len(left))
+                    await asyncio.gather(*left, return_exceptions=True)
+                for bind in self.config.bind:
+                    if bind.startswith("unix:"):
+                        remove_socket_file(Path(bind[5:]))
+
+
+async def _refuse(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.write(BUSY)
+        await asyncio.wait_for(writer.drain(), REFUSE_TIMEOUT)
+    except (OSError, asyncio.TimeoutError):
+        pass
+    finally:
+        writer.close()
 
 
 def serve_in(

@@ -61,6 +61,14 @@ async def serve_in_process(settings: Settings) -> None:
     from .worker.model_source import resolve_model
     from .worker.serve import serve_model
 
+    from .api.guard import api_keys, warn_if_exposed
+    from .config import ConfigError
+
+    try:
+        keys = api_keys(settings)  # read now: a bad key file stops startup before the model loads
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+    warn_if_exposed(settings, keys)
     spec = model_specs(settings)[0]
     path = resolve_model(spec.path)
     logger.info("loading %s from %s (in-process)", spec.id, path)

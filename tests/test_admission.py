@@ -181,7 +181,8 @@ def test_a_consumer_that_stops_reading_is_cancelled(tiny_model: Path) -> None:
         reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
         reader.connect((host, int(port)))
         reader.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}:{port}\r\n".encode()
+            + b"content-type: application/json\r\n"
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )

@@ -25,7 +25,8 @@ import httpx
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
 
@@ -304,7 +305,9 @@ def test_chunked_body_over_max_body_bytes_is_a_413(host: Server) -> None:
     # No content-length: the limit is enforced while reading. A client of its own, since the
     # connection is not reusable afterwards: the 413 says `connection: close`.
     with host.http(timeout=CLIENT_TIMEOUT) as client:
-        response = client.post(CHAT, content=_chunks(MAX_BODY + 2 * 65536))
+        response = client.post(
+            CHAT, content=_chunks(MAX_BODY + 2 * 65536), headers={"content-type": "application/json"}
+        )
     check_error(response, 413, param=None, code="request_too_large")
 
 
@@ -343,9 +346,10 @@ def _raw_http(url: str, head: bytes, chunks: Iterator[bytes]) -> tuple[bytes, so
 
 def test_connection_after_a_chunked_413_is_closed_with_notice_or_reusable(host: Server) -> None:
     assert host.url is not None
+    netloc = host.url.removeprefix("http://").encode()
     request = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: mlxhost\r\n"
-        b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: %b\r\n" % netloc
+        + b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
     )
     response_head, sock = _raw_http(host.url, request, _chunks(MAX_BODY + 40 * 65536))
     with sock:
@@ -356,8 +360,8 @@ def test_connection_after_a_chunked_413_is_closed_with_notice_or_reusable(host: 
         body = json.dumps(chat(max_tokens=1)).encode()
         try:
             sock.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nhost: mlxhost\r\n"
-                b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: %b\r\n" % netloc
+                + b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
             )
             answer = sock.recv(65536)
         except OSError as exc:
@@ -407,22 +411,19 @@ def test_invalid_utf8_is_a_400(http: httpx.Client, raw: bytes) -> None:
         check_error(post_raw(http, raw, path), 400, param=None, code="invalid_json")
 
 
-def test_json_sent_as_text_plain_is_read_as_json(http: httpx.Client) -> None:
-    # The host reads the body as JSON whatever the content type says (or could refuse it: 415).
+def test_json_sent_as_text_plain_is_a_415(http: httpx.Client) -> None:
+    # A browser may POST text/plain to any site without asking first: JSON only, said so.
     response = http.post(CHAT, content=json.dumps(chat()), headers={"content-type": "text/plain"})
-    if response.status_code == 415:
-        check_error(response)
-    else:
-        check_success(response)
+    check_error(response, 415, param="content-type", code="unsupported_media_type")
 
 
-def test_multipart_form_data_is_a_4xx(http: httpx.Client) -> None:
+def test_multipart_form_data_is_a_415(http: httpx.Client) -> None:
     response = http.post(CHAT, files={"messages": ("m.json", json.dumps(MESSAGES).encode())})
-    check_error(response, (400, 415))
+    check_error(response, 415, code="unsupported_media_type")
 
 
-def test_url_encoded_form_is_a_4xx(http: httpx.Client) -> None:
-    check_error(http.post(CHAT, data={"messages": "hi"}), (400, 415))
+def test_url_encoded_form_is_a_415(http: httpx.Client) -> None:
+    check_error(http.post(CHAT, data={"messages": "hi"}), 415, code="unsupported_media_type")
 
 
 @pytest.mark.parametrize("content_type", [None, "application/json"])
@@ -660,6 +661,91 @@ def test_other_methods_on_post_routes_are_a_405(http: httpx.Client, path: str, m
 @pytest.mark.parametrize("path", ["/v1/nothing", "/v1/chat/completions/extra", "/v1/chat", "/v2/completions"])
 def test_unknown_route_is_a_404(http: httpx.Client, path: str) -> None:
     check_error(http.post(path, json=chat()), 404, param=None)
+
+
+# -- the front door: content type, Host, Origin and credentials, varied together ---------------
+
+FUZZ_KEY = "fuzz-key"
+_HEADER_TEXT = st.text(
+    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=40
+)
+
+
+@pytest.fixture(scope="module")
+def keyed_host(tiny_model: Path) -> Iterator[Server]:
+    running = start_server("--model", str(tiny_model), *SERVE_ARGS, env={"MLXHOST_API_KEY": FUZZ_KEY})
+    yield running
+    running.stop()
+
+
+def _expected_status(headers: dict[str, str], port: int) -> int:
+    """What the front door must answer, worked out independently of how the host does it."""
+    name, _, given_port = headers["host"].lower().rpartition(":")
+    host = f"{name.rstrip('.')}:{given_port}"  # 'localhost.' is localhost, fully qualified
+    if host not in {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}:
+        return 403
+    if "origin" in headers:
+        return 403
+    authorization = headers.get("authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or token.strip() != FUZZ_KEY:
+            return 401
+    elif headers.get("x-api-key", "").strip() != FUZZ_KEY:
+        return 401
+    media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not (media_type.startswith("application/") and media_type.endswith("+json")):
+        return 415
+    return 200
+
+
+def test_fuzz_content_type_host_origin_and_credentials(keyed_host: Server) -> None:
+    assert keyed_host.url is not None
+    port = int(keyed_host.url.rsplit(":", 1)[1])
+    good_host = f"127.0.0.1:{port}"
+    body = json.dumps(chat()).encode()
+    seen: collections.Counter[int] = collections.Counter()
+
+    @seed(FUZZ_SEED)
+    @settings(max_examples=300, database=None, deadline=None, phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @example(host=good_host, origin=None, authorization=f"Bearer {FUZZ_KEY}", api_key=None, content_type="application/json")
+    @example(host=f"[::1]:{port}", origin=None, authorization=None, api_key=FUZZ_KEY, content_type="application/json; charset=utf-8")
+    @example(host=good_host, origin=None, authorization=f"Bearer {FUZZ_KEY}", api_key=None, content_type="text/plain")
+    @example(host=good_host, origin=f"http://{good_host}", authorization=f"Bearer {FUZZ_KEY}", api_key=None, content_type="application/json")
+    @given(
+        host=st.sampled_from([good_host, f"localhost:{port}", f"LOCALHOST.:{port}", f"[::1]:{port}"]) | _HEADER_TEXT,
+        origin=st.none() | st.sampled_from(["null", "http://evil.example", f"http://{good_host}"]) | _HEADER_TEXT,
+        authorization=st.none()
+        | st.sampled_from([f"Bearer {FUZZ_KEY}", f"bearer  {FUZZ_KEY}", "Bearer", "Basic Zm9v", f"Bearer {FUZZ_KEY}x"])
+        | _HEADER_TEXT,
+        api_key=st.none() | st.sampled_from([FUZZ_KEY, f"{FUZZ_KEY}x", "nope"]) | _HEADER_TEXT,
+        content_type=st.none()
+        | st.sampled_from(
+            ["application/json", "application/json; charset=utf-8", "APPLICATION/JSON", "application/merge-patch+json",
+             "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b", "application/jsonp"]
+        )
+        | _HEADER_TEXT,
+    )
+    def send(host: str, origin: str | None, authorization: str | None, api_key: str | None, content_type: str | None) -> None:
+        headers = {"host": host}
+        for name, value in (("origin", origin), ("authorization", authorization), ("x-api-key", api_key), ("content-type", content_type)):
+            if value is not None:
+                headers[name] = value
+        expected = _expected_status(headers, port)
+        with httpx.Client(base_url=keyed_host.url or "", timeout=CLIENT_TIMEOUT) as client:
+            raw_headers = {k: v.encode("latin-1") for k, v in headers.items()}
+            response = client.post(CHAT, content=body, headers=raw_headers)
+        seen[response.status_code] += 1
+        where = f"{headers!r} -> {response.status_code} {response.content[:300]!r}"
+        assert response.status_code == expected, where
+        if expected != 200:
+            check_error(response)
+        assert not any(b < 0x20 and b not in (0x0A, 0x0D) for b in response.content), where
+
+    send()
+    assert {200, 401, 403, 415} <= set(seen), seen  # every outcome was exercised
+    health = keyed_host.health()
+    assert health["status"] == "ok" and [w["restarts"] for w in health["workers"]] == [0], health
 
 
 # -- 3. after all of that ---------------------------------------------------------------------

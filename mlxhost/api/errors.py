@@ -3,15 +3,20 @@
     APIError
      ├── InvalidRequest        400 invalid_request_error
      ├── Unauthorized          401 authentication_error
+     ├── Forbidden             403 permission_error (a Host or Origin this server does not serve)
      ├── NotFound              404 not_found_error
      ├── MethodNotAllowed      405 invalid_request_error
+     ├── RequestTimeout        408 invalid_request_error (the body came too slowly)
      ├── PayloadTooLarge       413 invalid_request_error
+     ├── UnsupportedMediaType  415 invalid_request_error (a body that is not JSON)
+     ├── ClientClosed          499 client_closed (it left before its body arrived; nobody reads it)
      ├── AdmissionRefused      429 resource_admission
      ├── InternalError         500 internal_error (the message never carries a traceback)
      ├── WorkerFailed          502 worker_error (the model's worker exited mid-request)
      ├── ServiceUnavailable    503 service_unavailable
      ├── Cancelled             503 cancelled (an operator or shutdown stopped it)
-     └── TimedOut              504 timeout (the request's deadline passed)
+     ├── TimedOut              504 timeout (the request's deadline passed)
+     └── HTTPVersionNotSupported 505 invalid_request_error (HTTP/2 while it is off)
 """
 
 from __future__ import annotations
@@ -22,10 +27,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..inert import MESSAGE_CHARS, excerpt
+
 __all__ = [
     "EXCEPTION_HANDLERS",
     "APIError",
     "Cancelled",
+    "ClientClosed",
+    "Forbidden",
+    "HTTPVersionNotSupported",
+    "RequestTimeout",
+    "UnsupportedMediaType",
     "InternalError",
     "InvalidRequest",
     "MethodNotAllowed",
@@ -75,6 +87,33 @@ class Unauthorized(APIError):
     status_code = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+
+class Forbidden(APIError):
+    status_code = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
+class RequestTimeout(APIError):
+    status_code = 408
+    code = "body_timeout"
+
+
+class UnsupportedMediaType(APIError):
+    status_code = 415
+    code = "unsupported_media_type"
+
+
+class ClientClosed(APIError):
+    status_code = 499  # nginx's code for it: only the access log will see this answer
+    type = "client_closed"
+    code = "client_closed_request"
+
+
+class HTTPVersionNotSupported(APIError):
+    status_code = 505
+    code = "http_version_not_supported"
 
 
 class NotFound(APIError):
@@ -136,12 +175,14 @@ async def api_error(request: Request, exc: Exception) -> Response:
 
 async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    # The method and path are the client's text: quoted short and inert.
+    method, path = excerpt(request.method, 16), excerpt(request.url.path)
     if exc.status_code == 404:
-        return NotFound(f"no route {request.method} {request.url.path}").response()
+        return NotFound(f"no route {method} {path}").response()
     if exc.status_code == 405:
-        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        error = MethodNotAllowed(f"{method} is not allowed on {path}")
         return JSONResponse(error.body(), status_code=405, headers=exc.headers)
-    return APIError(exc.detail).response()
+    return APIError(excerpt(exc.detail, MESSAGE_CHARS)).response()
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:

@@ -56,11 +56,15 @@ class Admission:
             rejected=self.rejected,
         )
 
-    def turn_away(self) -> bool:
-        """True, and counted as a refusal, when a new arrival could neither run nor wait now."""
+    def full(self) -> bool:
+        """Whether a new arrival could neither run nor wait now."""
         stats = self.statistics()
         can_run_now = stats.active < self.max_active and stats.queued == 0 and self._gate.is_set()
-        if not can_run_now and stats.queued >= self.max_queued:
+        return not can_run_now and stats.queued >= self.max_queued
+
+    def turn_away(self) -> bool:
+        """True, and counted as a refusal, when a new arrival could neither run nor wait now."""
+        if self.full():
             self.rejected += 1
             return True
         return False

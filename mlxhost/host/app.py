@@ -5,11 +5,11 @@ It imports no MLX: model work happens in the workers only.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -17,9 +17,11 @@ from starlette.routing import Route
 
 from ..api.body import read_body
 from ..api.errors import EXCEPTION_HANDLERS, NotFound, ServiceUnavailable
+from ..api.guard import front_door
 from ..api.openapi import openapi_document
 from ..config import ModelSpec, Settings
-from .admin import admin_routes, host_state, require_token
+from ..inert import excerpt
+from .admin import admin_routes, host_state
 from .admission import Admission
 from .events import EventHub
 from .metrics import CONTENT_TYPE, HostMetrics
@@ -29,6 +31,8 @@ from .sessions import SessionRegistry
 from .worker_status import WorkerState
 
 __all__ = ["Host", "create_host_app"]
+
+SMALL_BODY = 64 * 1024  # bytes: read even when the answer will be 429 (see generate)
 
 
 @dataclass
@@ -63,6 +67,7 @@ def create_host_app(
     settings: Settings,
     sessions: SessionRegistry | None = None,
     admin_token: str | None = None,
+    api_keys: frozenset[str] = frozenset(),
 ) -> Starlette:
     app = Starlette(
         routes=[
@@ -76,6 +81,7 @@ def create_host_app(
             *admin_routes,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
+        middleware=front_door(settings, api_keys, admin_token),
     )
     sessions = sessions or SessionRegistry(pool.events)
     host = Host(pool, settings, sessions=sessions, events=sessions.events, admin_token=admin_token)
@@ -87,29 +93,30 @@ def create_host_app(
 
 async def generate(request: Request) -> Any:
     state = host(request)
-    require_token(request, state.settings.api_key, "this API")
     if not state.accepting:
         raise ServiceUnavailable("the server is shutting down", code="shutting_down")
-    body = await read_body(request, state.settings.max_body_bytes)
-    fields = _peek(body)
+    settings = state.settings
+    # When no model it could name has room, the answer is 429 whatever the body says: a large
+    # one is refused before it is read and parsed for nothing. A small one is read first, so
+    # that the connection can carry the client's next request.
+    if not _small_body(request) and all(state.admission(spec).full() for spec in state.pool.specs):
+        _turn_away(state, state.pool.default, body_read=False)
+    body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
+    routing = _peek(body)
     try:
-        spec = state.pool.resolve(fields.get("model"))
+        spec = state.pool.resolve(routing.model)
     except UnknownModel as exc:
         raise NotFound(str(exc), param="model", code="model_not_found") from None
     admission = state.admission(spec)
-    if admission.turn_away():
-        # Refused at the door, before a session, its task and its events exist: under overload
-        # these refusals are most of the traffic, and each costs the CPU the admitted streams run on.
-        if state.metrics is not None:
-            state.metrics.requests.labels(spec.id, "429").inc()
-        raise refusal(spec.id, admission, state.sessions.events)
+    if admission.full():
+        _turn_away(state, spec, body_read=True)
     return SessionResponse(
         pool=state.pool,
         admission=admission,
         sessions=state.sessions,
         spec=spec,
         body=body,
-        stream=fields.get("stream") is True,
+        stream=routing.stream is True,
         path=request.url.path,
         headers=dict(request.headers),
         request_timeout=state.settings.request_timeout,
@@ -117,13 +124,43 @@ async def generate(request: Request) -> Any:
     )
 
 
-def _peek(body: bytes) -> dict[str, Any]:
+def _turn_away(state: Host, spec: ModelSpec, body_read: bool) -> NoReturn:
+    # Refused at the door, before a session, its task and its events exist: under overload these
+    # refusals are most of the traffic, and each costs the CPU the admitted streams run on.
+    admission = state.admission(spec)
+    admission.rejected += 1
+    if state.metrics is not None:
+        state.metrics.requests.labels(spec.id, "429").inc()
+    error = refusal(spec.id, admission, state.sessions.events)
+    if not body_read and error.headers is not None:
+        # The body was never read, so the connection cannot carry another request.
+        error.headers["connection"] = "close"
+    raise error
+
+
+def _small_body(request: Request) -> bool:
+    declared = request.headers.get("content-length", "")
+    return declared.isascii() and declared.isdigit() and int(declared) <= SMALL_BODY
+
+
+class _Routing(BaseModel):
     """The fields routing needs; the worker validates the body in full."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: Any = None
+    stream: Any = None
+
+
+_NO_ROUTING = _Routing()
+
+
+def _peek(body: bytes) -> _Routing:
+    # pydantic skips the fields it ignores without building them: a 4 MB body of messages costs
+    # a fraction of what json.loads would spend on the event loop every stream shares.
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # the worker answers the bad body with a 400
-        return {}
-    return data if isinstance(data, dict) else {}
+        return _Routing.model_validate_json(body)
+    except ValidationError:  # not JSON, or not an object: the worker answers it with a 400
+        return _NO_ROUTING
 
 
 def _model_card(request: Request, model_id: str) -> dict[str, object]:
@@ -131,7 +168,6 @@ def _model_card(request: Request, model_id: str) -> dict[str, object]:
 
 
 async def list_models(request: Request) -> Response:
-    require_token(request, host(request).settings.api_key, "this API")
     specs = host(request).pool.specs
     return JSONResponse({"object": "list", "data": [_model_card(request, s.id) for s in specs]})
 
@@ -139,7 +175,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     name = request.path_params["model"]
     if name not in {s.id for s in host(request).pool.specs}:
-        raise NotFound(f"the model '{name}' does not exist", param="model", code="model_not_found")
+        raise NotFound(f"the model '{excerpt(name)}' does not exist", param="model", code="model_not_found")
     return JSONResponse(_model_card(request, name))
 
 
