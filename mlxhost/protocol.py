@@ -3,11 +3,16 @@
     parent → worker stdin:   one JSON launch record line; then nothing. End of stdin means the
                              parent is gone, and the worker stops.
     worker → parent stdout:  `MLXHOST-READY {json}` once serving, then `MLXHOST-EVENT {json}`
-                             lines (memory readings). Any other line, on stdout or stderr, is
-                             the worker's log.
+                             lines (memory readings, session progress). Any other line, on
+                             stdout or stderr, is the worker's log.
+
+The parent checks the ready line against the launch record (socket, protocol version) and kills
+a worker whose line does not match. Each session's last progress report says `done`: by then the
+worker has dropped the session's sequence (and its KV cache) from its batch.
 
 A launch record of another protocol version, or one that does not parse, makes the worker exit
-with status 2 and the reason on stderr. This module imports nothing heavy: the parent uses it.
+with status 2 (`EXIT_BAD_LAUNCH`) and the reason on stderr; the parent does not try such a worker
+again, since every try would end the same way. This module imports nothing heavy: the parent uses it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "EVENT_PREFIX",
+    "EXIT_BAD_LAUNCH",
     "PROTOCOL_VERSION",
     "READY_PREFIX",
     "BadLaunchRecord",
@@ -107,6 +113,7 @@ class SessionProgress:
     tokens: int
     tokens_per_s: float
     prompt_tokens: int = 0
+    done: bool = False  # the session ended and the worker no longer holds its sequence
 
     def encode(self) -> str:
         return EVENT_PREFIX + json.dumps({"type": "session.progress", **asdict(self)})

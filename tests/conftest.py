@@ -99,7 +99,11 @@ class Server:
 
 
 def start_server(
-    *args: str, env: dict[str, str] | None = None, tcp: bool = True, timeout: float = 60.0
+    *args: str,
+    env: dict[str, str] | None = None,
+    tcp: bool = True,
+    timeout: float = 60.0,
+    new_session: bool = False,  # its own session and process group, as a terminal's foreground job
 ) -> Server:
     command = [sys.executable, "-m", "mlxhost", "serve", *args]
     if not any(a.startswith("--admin-token") for a in args):
@@ -112,6 +116,7 @@ def start_server(
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, **(env or {})},
+        start_new_session=new_session,
     )
     assert process.stdout is not None
     log: list[str] = []

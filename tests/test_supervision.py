@@ -11,12 +11,14 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import httpx
 import psutil
 import pytest
 
 from conftest import Server, start_server
 from mlxhost.demo import make_model
+from mlxhost.host.liveness import why_hung
 
 FAULTY = f"{sys.executable} {Path(__file__).parent / 'workers' / 'faulty.py'}"
 LONG_CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 4000, "temperature": 0}
@@ -358,3 +360,168 @@ def test_in_process_mode_serves_without_a_worker(tiny_model: Path) -> None:
         assert not [p for p in psutil.Process(server.process.pid).children() if "mlxhost.worker" in " ".join(p.cmdline())]
     finally:
         assert server.stop() == 0
+
+
+def exhausted(server: Server) -> dict:  # type: ignore[type-arg]
+    return wait_until(lambda: (w := server.worker())["state"] == "exhausted" and w, timeout=60)  # type: ignore[no-any-return]
+
+
+def test_a_worker_that_cannot_be_spawned_leaves_the_host_up(tiny_model: Path) -> None:
+    server = start_server(
+        "--model", str(tiny_model), "--worker-command", "/nonexistent",
+        "--restart-limit", "2", "--crash-backoff", "0.1",
+    )
+    try:
+        worker = exhausted(server)
+        why = "cannot start the worker: [Errno 2] No such file or directory: '/nonexistent'"
+        assert worker["last_exit"]["reason"] == why
+        assert worker["restarts"] == 2 and worker["pid"] is None and worker["memory"] is None
+        with server.http() as http:
+            health = http.get("/health")
+            assert health.status_code == 503
+            assert health.json()["workers"][0]["last_exit"]["reason"] == why
+            response = http.post("/v1/chat/completions", json=SHORT_CHAT)
+            assert response.status_code == 503
+            assert why in response.json()["error"]["message"]
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("ready-socket", "its ready line names the socket"),
+        ("ready-version 7", "its ready line speaks protocol version 7, this host 1"),
+        ("version 99", "launch record protocol version 99"),  # the real worker, exit status 2
+    ],
+)
+def test_a_launch_mismatch_is_not_tried_again(tiny_model: Path, mode: str, said: str) -> None:
+    server = start_server(
+        "--model", str(tiny_model), "--worker-command", f"{FAULTY} {mode}", "--crash-backoff", "0"
+    )
+    try:
+        worker = exhausted(server)
+        assert said in worker["last_exit"]["reason"]
+        assert worker["restarts"] == 0 and worker["last_exit"]["ready"] is False
+        if mode.startswith("ready-"):  # it said it was ready, wrongly: the host killed it
+            assert worker["last_exit"]["signal"] == "SIGKILL"
+        else:
+            assert worker["last_exit"]["code"] == 2
+        with server.http() as http:
+            error = http.post("/v1/chat/completions", json=SHORT_CHAT).json()["error"]
+        assert error["code"] == "worker_cannot_start" and said in error["message"]
+    finally:
+        assert server.stop() == 0
+    assert "".join(server.log).count("spawned pid") == 1
+
+
+def test_a_load_that_keeps_timing_out_is_given_up(tiny_model: Path) -> None:
+    # Each try outlasts the restart window (as a 15-minute load outlasts a 60 s window), so the
+    # window alone would never run out: failed starts in a row are counted too.
+    server = start_server(
+        "--model", str(tiny_model), "--worker-command", f"{FAULTY} never-ready",
+        "--load-timeout", "1", "--restart-window", "0.5", "--restart-limit", "1", "--crash-backoff", "0",
+    )
+    try:
+        worker = exhausted(server)
+        assert worker["last_exit"]["reason"] == "did not become ready within 1s"
+        assert worker["restarts"] == 1
+        with server.http() as http:
+            error = http.post("/v1/chat/completions", json=SHORT_CHAT).json()["error"]
+        assert error["code"] == "restart_limit_reached" and "failed to start 2 times in a row" in error["message"]
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_gone_worker_shows_no_pid_and_no_memory(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--restart-limit", "0")
+    try:
+        worker = wait_until(lambda: (w := server.worker())["memory"] and w)
+        os.kill(worker["pid"], signal.SIGKILL)
+        gone = exhausted(server)
+        assert gone["pid"] is None and gone["memory"] is None
+        assert gone["last_exit"]["pid"] == worker["pid"] and gone["last_exit"]["signal"] == "SIGKILL"
+    finally:
+        assert server.stop() == 0
+
+
+def read_stream(lines) -> list[str]:  # type: ignore[no-untyped-def]
+    """The `data:` frames left in a stream, up to its end."""
+    return [line for line in lines if line.startswith("data: ")]
+
+
+def first_text(lines) -> None:  # type: ignore[no-untyped-def]
+    for line in lines:
+        if '"content":"' in line and '"content":""' not in line:
+            return
+
+
+def assert_finished(frames: list[str]) -> None:
+    assert frames[-1] == "data: [DONE]"
+    assert not [f for f in frames if '"error"' in f], frames[-3:]
+    finish = [json.loads(f[6:])["choices"][0]["finish_reason"] for f in frames[:-1] if '"choices":[{' in f]
+    assert finish[-1] in ("length", "stop")
+
+
+def test_ctrl_c_lets_a_running_stream_finish(tiny_model: Path) -> None:
+    # As at a terminal: the host is a foreground job, and Ctrl-C signals its whole process group.
+    server = start_server(
+        "--model", str(tiny_model), "--health-interval", "0.2", "--shutdown-grace", "120", new_session=True
+    )
+    try:
+        body = {**LONG_CHAT, "max_tokens": 3000, "stream": True}
+        with server.http(timeout=120) as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+            lines = response.iter_lines()
+            first_text(lines)
+            os.killpg(server.process.pid, signal.SIGINT)
+            frames = read_stream(lines)
+        assert_finished(frames)
+        assert server.process.wait(60) == 0
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+    assert "worker_exited" not in "".join(server.log)
+
+
+def test_a_worker_draining_on_its_own_is_not_taken_for_hung(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model), "--health-interval", "0.2", "--shutdown-grace", "120")
+    try:
+        pid = server.worker()["pid"]
+        body = {**LONG_CHAT, "max_tokens": 3000, "stream": True}
+        with server.http(timeout=120) as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+            lines = response.iter_lines()
+            first_text(lines)
+            os.kill(pid, signal.SIGTERM)  # it drains: its /health says 503 "stopping"
+            frames = read_stream(lines)
+        assert_finished(frames)
+        worker = wait_until(lambda: (w := server.worker())["state"] == "ready" and w["pid"] != pid and w, timeout=60)
+        assert worker["last_exit"]["code"] == 0 and worker["last_exit"]["signal"] is None
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "hung"),
+    [
+        (200, {"status": "ok"}, None),
+        (503, {"status": "stopping"}, None),  # draining: slow to go, not hung
+        (503, {"status": "stalled"}, "its health check answered 503 (stalled)"),
+        (500, "oops", "its health check answered 500"),
+        (None, None, "no answer to a health check within 0.2s"),
+    ],
+)
+def test_the_liveness_check_tells_a_draining_worker_from_a_hung_one(
+    status: int | None, body: object, hung: str | None
+) -> None:
+    async def health(request: httpx.Request) -> httpx.Response:
+        if status is None:
+            await anyio.sleep(30)  # frozen
+        if isinstance(body, dict):
+            return httpx.Response(status or 200, json=body)
+        return httpx.Response(status or 200, text=str(body))
+
+    async def main() -> str | None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(health), base_url="http://worker") as probe:
+            return await why_hung(probe, 0.2)
+
+    assert anyio.run(main) == hung

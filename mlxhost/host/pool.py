@@ -5,7 +5,13 @@ unknown one the default as well, or 404 with `strict_models`. A model that is no
 started on demand, one cold start at a time. Residency is bounded by `max_resident` and by
 `memory_budget`, counted from the workers' own memory readings (the weights' size until the
 first reading). To make room, the least recently used idle worker is drained and stopped; a
-worker with requests in flight is never chosen. A model unused for its idle TTL is unloaded.
+worker with requests in flight, or waited for, is never chosen. A ready model unused for its idle
+TTL is unloaded.
+
+A worker chosen to go leaves the pool at once, before it has stopped: no request is routed to it
+from then on, and requests for its model start a fresh worker. Taking a worker and counting a
+request in flight on it happen with no checkpoint in between (`acquire`, then `Supervisor.lease`),
+so a worker the pool finds idle has nobody about to use it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import anyio
 import anyio.abc
 
 from ..config import ModelSpec, Settings
+from ..inert import excerpt
 from ..protocol import SessionProgress
 from .events import EventHub
 from .supervisor import Supervisor
@@ -60,6 +67,7 @@ class ModelPool:
         self._resident: dict[str, Supervisor] = {}
         self._cold_start = anyio.Lock()
         self._socket_ids = iter(range(1, 1 << 30))
+        self._closed = False
         self.evictions = 0
 
     @classmethod
@@ -91,7 +99,7 @@ class ModelPool:
             return spec
         if self.settings.strict_models:
             raise UnknownModel(
-                f"the model '{name}' does not exist; this host serves "
+                f"the model '{excerpt(name)}' does not exist; this host serves "
                 + ", ".join(repr(s.id) for s in self.specs)
             )
         return self.default
@@ -113,42 +121,42 @@ class ModelPool:
                 logger.error("model %s did not load at start: %s", spec.id, exc)
 
     async def acquire(self, spec: ModelSpec) -> Supervisor:
-        """A ready worker for `spec`, starting it if it is not resident."""
-        supervisor = self._resident.get(spec.id)
-        if supervisor is None or supervisor.state is WorkerState.CLOSED:
-            async with self._cold_start:
-                supervisor = self._resident.get(spec.id)
+        """A ready worker for `spec`, starting it if it is not resident.
+
+        It returns without a checkpoint once the worker is ready: lease it at once.
+        """
+        while True:
+            supervisor = self._resident.get(spec.id)
+            try:
                 if supervisor is None or supervisor.state is WorkerState.CLOSED:
-                    await self._make_room(spec)
-                    supervisor = Supervisor(
-                        spec,
-                        self._paths[spec.id],
-                        self.settings,
-                        self._runtime_dir / f"w{next(self._socket_ids)}.sock",
-                        self.events,
-                        self._on_progress,
-                    )
-                    self._resident[spec.id] = supervisor
-                    await self._tg.start(self._supervise, supervisor)
-                with anyio.fail_after(self.settings.load_timeout):
-                    await supervisor.wait_ready()
-        else:
-            with anyio.fail_after(self.settings.load_timeout):
-                await supervisor.wait_ready()
-        supervisor.last_used = time.monotonic()
-        return supervisor
+                    async with self._cold_start:  # one cold start at a time
+                        supervisor = self._resident.get(spec.id)
+                        if supervisor is None or supervisor.state is WorkerState.CLOSED:
+                            supervisor = await self._start(spec)
+                        with anyio.fail_after(self.settings.load_timeout):
+                            await supervisor.wait_ready()
+                else:
+                    with anyio.fail_after(self.settings.load_timeout):
+                        await supervisor.wait_ready()
+            except WorkerUnavailable:
+                if supervisor is not None and supervisor.retired and not self._closed:
+                    continue  # evicted or unloaded while this request waited for it: load it afresh
+                raise
+            supervisor.last_used = time.monotonic()
+            return supervisor
 
     async def restart(self, model_id: str) -> Supervisor:
         supervisor = self._resident.get(model_id)
         if supervisor is None:
             spec = self._names.get(model_id)
             if spec is None:
-                raise UnknownModel(f"no worker '{model_id}'")
+                raise UnknownModel(f"no worker '{excerpt(model_id)}'")
             return await self.acquire(spec)
         await supervisor.restart()
         return supervisor
 
     async def close(self) -> None:
+        self._closed = True
         async with anyio.create_task_group() as tg:
             for supervisor in list(self._resident.values()):
                 tg.start_soon(supervisor.stop, False)
@@ -165,6 +173,29 @@ class ModelPool:
             for spec in self.specs
         ]
 
+    async def _start(self, spec: ModelSpec) -> Supervisor:
+        if self._closed:
+            raise WorkerUnavailable("the server is shutting down", code="shutting_down")
+        await self._make_room(spec)
+        supervisor = Supervisor(
+            spec,
+            self._paths[spec.id],
+            self.settings,
+            self._runtime_dir / f"w{next(self._socket_ids)}.sock",
+            self.events,
+            self._on_progress,
+        )
+        self._resident[spec.id] = supervisor
+        await self._tg.start(self._supervise, supervisor)
+        return supervisor
+
+    def _retire(self, supervisor: Supervisor, reason: str) -> None:
+        """Out of the pool now, and unroutable; its drain and stop follow."""
+        self.events.publish("model.evicted", model=supervisor.id, reason=reason)
+        if self._resident.get(supervisor.id) is supervisor:
+            del self._resident[supervisor.id]
+        supervisor.retire(drain=True)
+
     async def _supervise(self, supervisor: Supervisor, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
             await supervisor.run(task_status=task_status)
@@ -180,7 +211,7 @@ class ModelPool:
             memory_over = budget > 0 and self._used_bytes() + needed > budget
             if not (count_over or memory_over):
                 return
-            idle = [s for s in self._resident.values() if s.in_flight == 0]
+            idle = [s for s in self._resident.values() if s.in_flight == 0 and s.waiting == 0]
             if not idle:
                 why = "max_resident" if count_over else "memory_budget"
                 raise WorkerUnavailable(
@@ -195,11 +226,8 @@ class ModelPool:
                 victim.id, spec.id, "max_resident" if count_over else "memory_budget",
             )
             self.evictions += 1
-            self.events.publish(
-                "model.evicted", model=victim.id, reason="max_resident" if count_over else "memory_budget"
-            )
-            await victim.stop(drain=True)
-            self._resident.pop(victim.id, None)
+            self._retire(victim, "max_resident" if count_over else "memory_budget")
+            await victim.stop(drain=True)  # its memory is free before the next one loads
 
     def _used_bytes(self) -> int:
         total = 0
@@ -221,8 +249,9 @@ class ModelPool:
             for supervisor in list(self._resident.values()):
                 ttl = supervisor.spec.idle_ttl
                 ttl = self.settings.idle_ttl if ttl is None else ttl
-                if ttl and supervisor.in_flight == 0 and now - supervisor.last_used > ttl:
+                # Only a ready worker is idle: one still loading has its first request waiting.
+                ready = supervisor.state is WorkerState.READY
+                if ttl and ready and supervisor.in_flight == 0 and now - supervisor.last_used > ttl:
                     logger.info("unloading %s: unused for %gs", supervisor.id, ttl)
-                    self.events.publish("model.evicted", model=supervisor.id, reason="idle_ttl")
-                    self._resident.pop(supervisor.id, None)
+                    self._retire(supervisor, "idle_ttl")
                     self._tg.start_soon(supervisor.stop, True)

@@ -5,6 +5,11 @@ happens inside its own cancel scope, in the request's task: waiting in the admis
 starting the model, waiting for the worker's answer and relaying it chunk by chunk. A client that
 leaves, a consumer that stops reading, the deadline, an operator and shutdown all cancel that
 scope; leaving it closes the connection to the worker, and the worker stops the generation.
+
+A session whose request reached a worker closes only once that worker has dropped its sequence
+(the worker's last progress report for it says `done`), so `session.closed` means its memory is
+free. That report is normally there before the answer's last byte; after a cancellation it comes
+within a step or so. The wait is bounded, and skipped when the worker died or never generated.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ HOP_BY_HOP = frozenset(
 )
 SESSION_HEADER = "x-mlxhost-session"
 EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
+DROP_WAIT = 2.0  # how long a session waits for its worker to say it dropped the sequence
 GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
 STREAM_TAIL = 2048  # bytes: the finish chunk, a usage chunk and [DONE] fit with room to spare
 FINISH_REASON = re.compile(rb'"finish_reason":"(\w+)"')
@@ -90,6 +96,8 @@ class SessionResponse:
         self.headers = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
         self.request_timeout = request_timeout
         self.idle_timeout = idle_timeout
+        # The worker (and its pid) that may still hold this session's sequence.
+        self._holder: tuple[Supervisor, int] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         session = self.sessions.open(self.spec.id, self.stream)
@@ -112,6 +120,8 @@ class SessionResponse:
             outcome = Outcome.failed("internal_error", "the host failed while relaying this request")
             raise
         finally:
+            if self._holder is not None:
+                await _wait_dropped(session, *self._holder)
             self.sessions.close(session, outcome or Outcome.failed("internal_error", "no outcome"))
 
     async def _run(self, session: Session, client: _Client) -> Outcome:
@@ -132,7 +142,9 @@ class SessionResponse:
                         headers={"retry-after": "5"},
                     )
                     return await client.error(error)
-                async with supervisor.lease() as pid:
+                # No await between acquire and lease: the pool never retires a worker with
+                # requests in flight, so this one stays routable.
+                with supervisor.lease() as pid:
                     return await self._relay(session, client, supervisor, pid)
         except QueueFull:
             return await client.error(refusal(self.spec.id, self.admission, self.sessions.events, session.id))
@@ -145,9 +157,11 @@ class SessionResponse:
             )
             return await client.error(error)
         headers = {**self.headers, SESSION_HEADER: session.id}
+        self._holder = (supervisor, pid)
         try:
             upstream = await http.post(self.path, headers, self.body)
         except UpstreamConnectError:
+            self._holder = None  # it never got the request
             error = ServiceUnavailable(
                 f"the model '{self.spec.id}' worker is not accepting connections; try again",
                 code="model_restarting",
@@ -155,7 +169,10 @@ class SessionResponse:
             )
             return await client.error(error)
         except UpstreamBroken:
+            self._holder = None
             return await client.error(await _worker_failed(supervisor, pid))
+        if not upstream.is_success:
+            self._holder = None  # refused before generating: it holds no sequence
         try:
             session.advance(SessionState.RUNNING)
             if not self.stream or not upstream.is_success:
@@ -170,6 +187,7 @@ class SessionResponse:
         try:
             content = await upstream.aread()
         except UpstreamBroken:
+            self._holder = None
             await client.error(await _worker_failed(supervisor, pid))
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
         session.advance(SessionState.SETTLING)
@@ -191,6 +209,7 @@ class SessionResponse:
                 tail = (tail + chunk)[-STREAM_TAIL:]
                 await client.body(chunk)
         except UpstreamBroken:
+            self._holder = None
             error = await _worker_failed(supervisor, pid)
             await client.body(_sse_error(error), more=False)
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
@@ -276,6 +295,23 @@ async def _watch_disconnect(receive: Receive, session: Session) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     session.cancel(CancelReason.CLIENT_DISCONNECTED)
+
+
+async def _wait_dropped(session: Session, supervisor: Supervisor, pid: int) -> None:
+    """Wait (bounded) for the worker's word that it dropped the session's sequence, or its end."""
+    if session.worker_done.is_set():
+        return  # the usual case: its report came before the answer's last byte
+    session.advance(SessionState.SETTLING)
+    with anyio.CancelScope(shield=True):
+        async with anyio.create_task_group() as tg:
+
+            async def until_gone() -> None:
+                await supervisor.exit_of(pid, DROP_WAIT)  # returns at its exit, or at the bound
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(until_gone)
+            await session.worker_done.wait()
+            tg.cancel_scope.cancel()
 
 
 async def _worker_failed(supervisor: Supervisor, pid: int) -> WorkerFailed:

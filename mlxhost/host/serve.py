@@ -5,18 +5,17 @@ The parent never imports MLX; a crashed worker costs only its own model's reques
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
 import anyio
 
-from ..config import Settings
+from ..api.guard import api_keys, warn_if_exposed
+from ..config import ConfigError, Settings
 from ..http import BindError, Listener, serve_in
 from ..protocol import ADMIN_TOKEN_FILE
 from ..shutdown import Shutdown
@@ -39,6 +38,11 @@ def write_admin_token(runtime_dir: Path, token: str) -> Path:
     return path
 
 
+def new_token() -> str:
+    # Hex, never a leading '-': a token is passed on command lines, where '-x...' reads as a flag.
+    return secrets.token_hex(24)
+
+
 def make_runtime_dir(settings: Settings) -> Path:
     """A private (0700) directory for worker sockets; the host removes it on exit."""
     base = settings.runtime_dir or os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
@@ -49,17 +53,22 @@ async def serve_host(settings: Settings) -> None:
     from ..server import READY_PREFIX, StartupError, binds, model_specs
     from ..worker.model_source import ModelNotFound, resolve_model
 
+    try:
+        keys = api_keys(settings)
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+    warn_if_exposed(settings, keys)
     specs = model_specs(settings)
     try:
         paths = {spec.id: resolve_model(spec.path) for spec in specs}
     except ModelNotFound as exc:
         raise StartupError(str(exc)) from None
     try:
-        listener = Listener(binds(settings))
+        listener = Listener(binds(settings), max_connections=settings.max_connections)
     except BindError as exc:
         raise StartupError(str(exc)) from None
     runtime_dir = make_runtime_dir(settings)
-    token_file = write_admin_token(runtime_dir, settings.admin_token or secrets.token_urlsafe(24))
+    token_file = write_admin_token(runtime_dir, settings.admin_token or new_token())
     shutdown = Shutdown()
     try:
         async with anyio.create_task_group() as tg:
@@ -69,7 +78,7 @@ async def serve_host(settings: Settings) -> None:
             async with ModelPool.open(
                 settings, specs, paths, runtime_dir, events, sessions.progress
             ) as pool:
-                app = create_host_app(pool, settings, sessions, token_file.read_text())
+                app = create_host_app(pool, settings, sessions, token_file.read_text(), keys)
                 events.publish("host.started", pid=os.getpid(), models=[s.id for s in specs])
                 async with anyio.create_task_group() as preloading:
                     # A signal during a slow first load stops waiting for it.
@@ -118,9 +127,7 @@ async def _drain_on_shutdown(host: Host, pool: ModelPool, shutdown: Shutdown, st
         async def force() -> None:
             await shutdown.forced.wait()
             for supervisor in pool.supervisors():
-                if supervisor.pid:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(supervisor.pid, signal.SIGKILL)
+                supervisor.kill()  # its live process only: never a pid that may have been reused
 
         tg.start_soon(force)
         async with anyio.create_task_group() as stopping:

@@ -8,7 +8,9 @@ A request that admission turns away with 429 never becomes one: it is counted an
 A session closes exactly once, with `completed(finish_reason)`, `cancelled(reason)` or
 `failed(code, message)`. It owns one cancel scope: client disconnect, deadline, an operator's
 cancel and shutdown all cancel it, each with its reason. The registry keeps the live sessions and
-a bounded list of recently closed ones for the admin API and the dashboard.
+a bounded list of recently closed ones for the admin API and the dashboard. An outcome's text
+can come from a client or a worker: it is kept as a short excerpt, so that list is bounded in
+bytes, not only in count.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from ..inert import MESSAGE_CHARS, excerpt
 from ..protocol import SessionProgress
 from .events import EventHub
 
@@ -62,7 +65,7 @@ class Outcome:
 
     @classmethod
     def completed(cls, finish_reason: str | None) -> Outcome:
-        return cls("completed", finish_reason=finish_reason)
+        return cls("completed", finish_reason=None if finish_reason is None else excerpt(finish_reason))
 
     @classmethod
     def cancelled(cls, reason: CancelReason) -> Outcome:
@@ -70,7 +73,7 @@ class Outcome:
 
     @classmethod
     def failed(cls, code: str, message: str) -> Outcome:
-        return cls("failed", code=code, message=message)
+        return cls("failed", code=excerpt(code), message=excerpt(message, MESSAGE_CHARS))
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -98,6 +101,7 @@ class Session:
     status: int | None = None  # the HTTP status the client got
     first_token_at: float | None = None  # monotonic, streams only
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    worker_done: anyio.Event = field(default_factory=anyio.Event)  # its worker dropped the sequence
 
     def cancel(self, reason: CancelReason) -> bool:
         """Cancel the session's work; the first reason given is the one it closes with."""
@@ -151,6 +155,8 @@ class SessionRegistry:
     def progress(self, report: SessionProgress) -> None:
         session = self._live.get(report.session)
         if session is not None:
+            if report.done:
+                session.worker_done.set()
             session.tokens = report.tokens
             session.tokens_per_s = report.tokens_per_s
             session.prompt_tokens = report.prompt_tokens

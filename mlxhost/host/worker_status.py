@@ -29,15 +29,21 @@ class WorkerUnavailable(Exception):
 
 @dataclass(frozen=True)
 class WorkerExit:
-    pid: int
-    code: int | None  # exit status, or None when a signal ended it
+    pid: int | None  # None: no process was ever started
+    code: int | None  # exit status, or None when a signal ended it (or it never started)
     signal: str | None
     uptime: float  # seconds from spawn to exit
     ready: bool  # whether it had become ready
     reason: str | None = None  # why, when the worker said so on stderr or never became ready
+    permanent: bool = False  # trying again cannot help (a launch or protocol mismatch)
 
     def describe(self) -> str:
-        how = f"signal {self.signal}" if self.signal else f"exit code {self.code}"
+        if self.signal:
+            how = f"signal {self.signal}"
+        elif self.code is not None:
+            how = f"exit code {self.code}"
+        else:
+            return self.reason or "unknown"
         return f"{how}: {self.reason}" if self.reason else how
 
     def as_dict(self) -> dict[str, Any]:

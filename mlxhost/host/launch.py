@@ -1,0 +1,89 @@
+"""Starting a worker: its command, its launch record, and what it says on its way up.
+
+The parent accepts a worker's ready line only when it answers the launch record: the socket it
+was given and this host's protocol version. Anything else is a worker from another build (or
+not a worker at all), and no retry would change that.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from ..config import ModelSpec, Settings
+from ..inert import excerpt
+from ..protocol import PROTOCOL_VERSION, LaunchRecord, ReadyLine
+
+__all__ = ["MAX_LINE", "WORKER_OPTIONS", "launch_record", "lines", "refusal", "worker_command"]
+
+WORKER_OPTIONS = (
+    "max_body_bytes",
+    "default_max_tokens",
+    "max_tokens_limit",
+    "max_batch",
+    "prefill_batch",
+    "prefill_step",
+    "prompt_cache_size",
+    "prompt_cache_mb",
+    "keepalive_seconds",
+    "stream_interval",
+    "shutdown_grace",
+    "stall_timeout",
+    "log_level",
+)
+MAX_LINE = 1 << 20
+
+
+def worker_command(settings: Settings) -> list[str]:
+    """The worker's argv; ValueError for a `worker_command` that names none."""
+    if settings.worker_command:
+        command = shlex.split(settings.worker_command)
+        if not command:
+            raise ValueError("worker_command is empty")
+        return command
+    return [sys.executable, "-m", "mlxhost.worker"]
+
+
+def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket: Path) -> LaunchRecord:
+    options = {name: getattr(settings, name) for name in WORKER_OPTIONS}
+    for name in ("max_batch", "max_tokens_limit"):
+        if getattr(spec, name) is not None:
+            options[name] = getattr(spec, name)
+    return LaunchRecord(
+        worker_id=spec.id, socket=str(socket), model_path=str(model_path), model_id=spec.id, options=options
+    )
+
+
+def refusal(line: ReadyLine, socket: Path) -> str | None:
+    """Why a ready line does not answer the launch record for `socket`; None when it does."""
+    if type(line.version) is not int or line.version != PROTOCOL_VERSION:
+        return (
+            f"its ready line speaks protocol version {excerpt(line.version)}, this host "
+            f"{PROTOCOL_VERSION}: parent and worker come from different mlxhost versions"
+        )
+    if line.socket != str(socket):
+        return f"its ready line names the socket '{excerpt(line.socket, 256)}', not its own '{socket}'"
+    return None
+
+
+async def lines(stream: anyio.abc.ByteReceiveStream) -> AsyncIterator[str]:
+    """A worker's output, line by line; a runaway line is cut at `MAX_LINE`, not held without bound."""
+    pending = b""
+    while True:
+        try:
+            chunk = await stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            if pending:
+                yield pending.decode(errors="replace")
+            return
+        *complete, pending = (pending + chunk).split(b"\n")
+        if len(pending) > MAX_LINE:
+            complete.append(pending)
+            pending = b""
+        for line in complete:
+            yield line.decode(errors="replace").rstrip("\r")

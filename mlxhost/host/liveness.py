@@ -1,0 +1,52 @@
+"""Is a ready worker alive? Its `/health`, asked every `health_interval` seconds, says so.
+
+A worker that does not answer within `health_timeout` (stopped, or its event loop wedged), that
+answers 503 `"status": "stalled"` (its generation thread stuck in one step), or that answers any
+other error, is hung. A worker that answers 503 `"status": "stopping"` is draining what it runs:
+slow to go, not hung.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+
+from ..inert import excerpt
+
+__all__ = ["wait_hung", "why_hung"]
+
+
+async def wait_hung(socket: Path, interval: float, timeout: float) -> str:
+    """Return once the worker on `socket` counts as hung, saying why; never, with no `interval`."""
+    if not interval:
+        await anyio.sleep_forever()
+    transport = httpx.AsyncHTTPTransport(uds=str(socket))
+    async with httpx.AsyncClient(transport=transport, base_url="http://worker") as probe:
+        while True:
+            await anyio.sleep(interval)
+            why = await why_hung(probe, timeout)
+            if why is not None:
+                return why
+
+
+async def why_hung(probe: httpx.AsyncClient, timeout: float) -> str | None:
+    """One health check: why the worker counts as hung, or None while it is alive."""
+    try:
+        with anyio.fail_after(timeout):
+            response = await probe.get("/health")
+    except TimeoutError:
+        return f"no answer to a health check within {timeout:g}s"
+    except httpx.HTTPError as exc:
+        return f"its health check failed ({type(exc).__name__})"
+    if response.is_success:
+        return None
+    try:
+        status = response.json().get("status")
+    except (ValueError, AttributeError):
+        status = None
+    if response.status_code == 503 and status == "stopping":
+        return None
+    said = f" ({excerpt(status)})" if isinstance(status, str) else ""
+    return f"its health check answered {response.status_code}{said}"
