@@ -6,6 +6,8 @@ and a token. Server-sent events are parsed by httpx-sse.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from httpx_sse import aconnect_sse
 
 from .host.discovery import find_host
 
-__all__ = ["AdminClient", "HostNotFound", "Target", "find_target"]
+__all__ = ["AdminClient", "EventStreamCut", "HostNotFound", "Target", "find_target"]
 
 
 class HostNotFound(Exception):
@@ -51,17 +53,40 @@ def find_target(url: str | None = None, unix: str | None = None, token: str | No
     return Target(url.rstrip("/") if url else None, unix, token)
 
 
+class EventStreamCut(httpx.ReadError):
+    """The event stream stopped without the host's `event: end`: the connection was cut."""
+
+
+def _is_local(target: Target) -> bool:
+    if target.unix:
+        return True
+    host = httpx.URL(target.url or "").host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class AdminClient:
     def __init__(self, target: Target, timeout: float = 5.0) -> None:
         self.target = target
+        self.end_reason: str | None = None  # what the host said when it last ended the event stream
         headers = {"authorization": f"Bearer {target.token}"} if target.token else {}
+        # httpx honours HTTP(S)_PROXY and ALL_PROXY by default: a proxy set for the outside world
+        # must not carry the admin token (or the host's state) to it, nor fail to reach us.
+        trust_env = not _is_local(target)
         if target.unix:
             transport = httpx.AsyncHTTPTransport(uds=target.unix)
             self._http = httpx.AsyncClient(
-                base_url="http://mlxhost", transport=transport, headers=headers, timeout=timeout
-            )
+                base_url="http://mlxhost", transport=transport, headers=headers, timeout=timeout,
+                trust_env=False,
+            )  # fmt: skip
         else:
-            self._http = httpx.AsyncClient(base_url=target.url or "", headers=headers, timeout=timeout)
+            self._http = httpx.AsyncClient(
+                base_url=target.url or "", headers=headers, timeout=timeout, trust_env=trust_env
+            )
 
     async def __aenter__(self) -> AdminClient:
         return self
@@ -90,9 +115,13 @@ class AdminClient:
         return response.status_code
 
     async def events(self, after: int | None = None) -> AsyncIterator[dict[str, Any]]:
-        """Events after `after`, as they happen; ends when the host ends the stream."""
-        import json
+        """Events after `after`, as they happen, until the host ends the stream.
 
+        The host ends it with `event: end` (it is stopping, or this reader lagged): the iteration
+        then stops, and `end_reason` says why. A stream that stops without it was cut, and raises
+        `EventStreamCut`.
+        """
+        self.end_reason = None
         headers = {"last-event-id": str(after)} if after is not None else {}
         async with aconnect_sse(
             # The host sends a heartbeat every 10 s: a silence of 30 s is a dead connection.
@@ -100,5 +129,10 @@ class AdminClient:
         ) as source:
             source.response.raise_for_status()
             async for sse in source.aiter_sse():
+                if sse.event == "end":
+                    self.end_reason = str(json.loads(sse.data or "{}").get("reason") or "ended")
+                    return
                 if sse.data:
                     yield json.loads(sse.data)
+            request = source.response.request
+            raise EventStreamCut("the event stream stopped without the host's `event: end`", request=request)

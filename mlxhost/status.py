@@ -11,6 +11,7 @@ import httpx
 
 from .admin_client import AdminClient, HostNotFound, Target, find_target
 from .human import duration, size
+from .inert import escape_controls
 
 __all__ = ["run_status"]
 
@@ -42,7 +43,19 @@ async def _read(target: Target) -> tuple[int, dict[str, Any], dict[str, Any]]:
         return code, health, await client.state()
 
 
+def _inert(value: Any) -> Any:
+    """`value` with control characters escaped in every string: the table goes to a terminal."""
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, dict):
+        return {k: _inert(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inert(v) for v in value]
+    return value
+
+
 def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str:
+    health, state = _inert(health), _inert(state)
     host = state["host"]
     lines = [
         f"mlxhost at {target.describe()}: {health['status']}, pid {host['pid']}, "
@@ -99,4 +112,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _exit(last: dict[str, Any] | None) -> str:
     if not last:
         return "-"
-    return f"signal {last['signal']}" if last["signal"] else f"code {last['code']}"
+    if last["signal"]:
+        return f"signal {last['signal']}"
+    if last["code"] is None:  # it was never started: the reason is all there is
+        return str(last.get("reason") or "-")
+    return f"code {last['code']}"

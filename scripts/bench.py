@@ -256,8 +256,15 @@ PARENT_RSS_TARGET_MB = 80.0
 MB = 1 << 20
 
 SESSION_HEADER = "x-mlxhost-session"
+
+
+def new_admin_token() -> str:
+    """Hex, so that it never starts with '-' (an argv word that did would read as an option)."""
+    return secrets.token_hex(24)
+
+
 # The admin API (/admin/sessions) needs a token on TCP; the isolated server is given this one.
-ADMIN_TOKEN = secrets.token_urlsafe(24)
+ADMIN_TOKEN = new_admin_token()
 ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 # Cancellation: a long greedy stream, closed once this many content frames came.
 CANCEL_MAX_TOKENS = {"tiny": 3000, "bench": 1000}  # "custom" (--model): the tiny figure
@@ -507,10 +514,10 @@ class Server:
         env = dict(os.environ)
         # Serve the code of the checkout this script belongs to, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        # Every option as one `--opt=value` word: a value can never be read as an option.
         command = [
             sys.executable, "-m", "mlxhost", "serve", *options,
-            "--model", str(model_path), "--host", "127.0.0.1", "--port", "0",
-            "--max-batch", str(max_batch),
+            f"--model={model_path}", "--host=127.0.0.1", "--port=0", f"--max-batch={max_batch}",
         ]  # fmt: skip
         self.log: collections.deque[tuple[float, str]] = collections.deque(maxlen=5000)
         self.url: str | None = None
@@ -1383,7 +1390,7 @@ async def measure_overload(plan: Plan, prompt: str) -> list[OverloadRun]:
 
 
 def overload_options() -> list[str]:
-    return ["--max-active", str(OVERLOAD_MAX_ACTIVE), "--max-queued", str(OVERLOAD_MAX_QUEUED)]
+    return [f"--max-active={OVERLOAD_MAX_ACTIVE}", f"--max-queued={OVERLOAD_MAX_QUEUED}"]
 
 
 # -- the admin event stream (isolated server) ------------------------------------------------------
@@ -1954,11 +1961,16 @@ def choose_prompt(raw: RawMLX, max_tokens: int) -> tuple[str, list[int], PromptP
 
 def server_options(name: str, plan: Plan) -> list[str]:
     # Every stream of the highest concurrency admitted at once (the parent's default is 8).
-    admit = ["--max-active", str(max(MIN_MAX_ACTIVE, *plan.concurrency))]
+    admit = [f"--max-active={max(MIN_MAX_ACTIVE, *plan.concurrency)}"]
     if name == "in_process":
         return ["--in-process", *admit]
     # No crash-loop backoff and enough respawns for back-to-back kills (see the docstring).
-    return [*admit, "--early-exit", "0", "--restart-limit", str(plan.repeats + 3)]
+    return [*admit, "--early-exit=0", f"--restart-limit={plan.repeats + 3}"]
+
+
+def admin_token_option(token: str = ADMIN_TOKEN) -> str:
+    """The admin token as one argv word (kept out of `server_options`, which the report shows)."""
+    return f"--admin-token={token}"
 
 
 async def measure(
@@ -1979,7 +1991,7 @@ async def measure(
         progress(f"{LABELS[name]}: starting the server")
         options = server_options(name, plan)
         if name == "isolated":
-            options = [*options, "--admin-token", ADMIN_TOKEN]
+            options = [*options, admin_token_option()]
         server = servers_stack.enter_context(
             running_server(name, plan.model_path, plan.max_batch, options)
         )

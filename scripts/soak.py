@@ -44,10 +44,11 @@ RSS_GROWTH_LIMIT = 0.05
 
 class Host:
     def __init__(self, model: Path) -> None:
+        # Every option as one `--opt=value` word: a value can never be read as an option.
         command = [
-            sys.executable, "-m", "mlxhost", "serve", "--model", str(model), "--port", "0",
-            "--admin-token", TOKEN, "--restart-limit", "100000", "--crash-backoff", "0",
-            "--early-exit", "0", "--max-active", "16",
+            sys.executable, "-m", "mlxhost", "serve", f"--model={model}", "--port=0",
+            f"--admin-token={TOKEN}", "--restart-limit=100000", "--crash-backoff=0",
+            "--early-exit=0", "--max-active=16",
         ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT

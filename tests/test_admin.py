@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -198,3 +199,86 @@ def test_status_finds_the_local_host_and_fails_when_none_runs(tiny_model: Path, 
     assert gone.returncode == 1
     unreachable = run_status("--url", "http://127.0.0.1:9", env=env)
     assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
+
+
+@pytest.mark.parametrize(
+    ("headers", "query", "named"),
+    [
+        ({"last-event-id": "١".encode()}, "", "Last-Event-ID"),  # an Arabic-Indic one: isdigit() says yes
+        ({"last-event-id": b"12x"}, "", "Last-Event-ID"),
+        ({}, "?after=%C2%B2", "after"),  # a superscript two
+    ],
+)
+def test_a_resume_point_that_is_not_ascii_digits_is_a_400_naming_it(
+    host: Server, headers: dict[str, bytes], query: str, named: str
+) -> None:
+    with host.http() as http, http.stream("GET", f"/admin/events{query}", headers=headers) as response:
+        assert response.status_code == 400  # not an event stream (that would never end)
+        error = json.loads(response.read())["error"]
+    assert error["param"] == named and named in error["message"]
+
+
+def test_the_event_stream_says_end_when_the_host_stops(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model))
+    raw: list[str] = []
+
+    def read_raw() -> None:  # what any SSE client sees
+        with server.http(timeout=60) as http, http.stream("GET", "/admin/events") as response:
+            raw.extend(response.iter_lines())
+
+    async def main() -> tuple[list[dict[str, Any]], str | None]:
+        seen: list[dict[str, Any]] = []
+        reader = threading.Thread(target=read_raw)
+        reader.start()
+        async with AdminClient(target(server)) as client:
+            with anyio.fail_after(60):
+                async for event in client.events(0):
+                    seen.append(event)
+                    if event["type"] == "host.started":
+                        # Both subscribers are in before the host is told to stop.
+                        while not raw:
+                            await anyio.sleep(0.05)
+                        threading.Thread(target=server.stop).start()
+            # The loop ended without an error: the host ended the stream, and said why.
+            await anyio.to_thread.run_sync(reader.join, 60)
+            return seen, client.end_reason
+
+    try:
+        seen, reason = anyio.run(main)
+    finally:
+        server.stop()
+    assert "host.stopping" in [e["type"] for e in seen]
+    assert reason == "host_stopping"
+    assert raw[-3:] == ["event: end", 'data: {"reason": "host_stopping"}', ""]
+
+
+def test_status_ignores_proxies_for_a_local_host(host: Server) -> None:
+    proxies = {name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")}
+    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"} | proxies
+    table = subprocess.run(
+        [sys.executable, "-m", "mlxhost", "status", "--url", host.url or "", "--token", ADMIN_TOKEN],
+        capture_output=True, text=True, timeout=30, env=env,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert host.worker()["id"] in table.stdout
+
+
+def test_status_escapes_control_characters_from_the_host() -> None:
+    from mlxhost.status import render
+
+    evil = "\x1b]0;pwned\x07\x1b[2J"
+    worker = {
+        "id": f"w{evil}", "state": "exited", "pid": None, "restarts": 1, "uptime_s": None, "in_flight": 0,
+        "memory": None, "last_exit": {"signal": f"SIG{evil}", "code": None},
+    }  # fmt: skip
+    session = {
+        "id": f"s-{evil}", "model": evil, "state": "running", "tokens": 1, "tokens_per_s": 1.0, "age_s": 1.0,
+    }  # fmt: skip
+    state = {
+        "seq": 1, "host": {"pid": 1, "uptime_s": 1.0}, "workers": [worker],
+        "models": [{"id": f"m{evil}", "default": True, "resident": False}], "admission": {},
+        "sessions": {"live": [session], "closed": 0, "opened": 1},
+    }  # fmt: skip
+    table = render(Target(url="http://127.0.0.1:1"), {"status": f"ok{evil}"}, state)
+    assert "pwned" in table and "\\x1b" in table
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", table)

@@ -33,3 +33,19 @@ def test_the_benchmark_runs_and_writes_its_ratios(tmp_path: Path) -> None:
     # Every mlxhost request after the first few found its prompt in the worker's prompt cache.
     assert data["cached_prompt_tokens"]["isolated"]
     assert "targets:" in run.stdout
+
+
+def test_the_bench_passes_its_admin_token_as_one_word_that_is_never_an_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", REPO / "scripts" / "bench.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench", bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    # token_urlsafe starts with '-' one time in 64, and argparse then reads it as an option.
+    assert not any(bench.new_admin_token().startswith("-") for _ in range(2000))
+    assert bench.admin_token_option("-abc") == "--admin-token=-abc"
+    assert bench.admin_token_option() == f"--admin-token={bench.ADMIN_TOKEN}"

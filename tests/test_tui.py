@@ -3,8 +3,11 @@ fixed state, and once in a real terminal (tmux)."""
 
 from __future__ import annotations
 
+import copy
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,6 +23,7 @@ import anyio
 import mlxhost_tui.state
 import pytest
 from conftest import Server, start_server
+from rich.console import Console
 from mlxhost_tui.app import ConsoleApp, make_app
 from mlxhost_tui.screens import ConfirmScreen, HelpScreen
 from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
@@ -416,3 +420,88 @@ def test_mlxhost_tui_in_a_terminal(host: Server) -> None:
         assert "TUI-EXITED 0" in wait_for("TUI-EXITED")
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)
+
+
+EVIL = "\x1b]0;pwned\x07\x1b[2J"
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # all but the line ends of the export
+
+
+def screen_text(app: ConsoleApp) -> str:
+    """What the terminal would be sent for the screen now, as text (styles left out)."""
+    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    width, height = app.size
+    console = Console(
+        width=width, height=height, file=io.StringIO(), force_terminal=True, color_system="truecolor",
+        record=True, legacy_windows=False,
+    )  # fmt: skip
+    console.print(update)
+    return console.export_text(styles=False)
+
+
+@pytest.mark.anyio
+async def test_control_characters_from_the_host_never_reach_the_screen(fixed: Callable[[], ConsoleApp]) -> None:
+    app = fixed()
+    state = copy.deepcopy(STATE)
+    state["workers"][1]["last_exit"]["reason"] = f"exit {EVIL}"
+    state["sessions"]["live"][1]["model"] = f"llama{EVIL}"
+    state["sessions"]["live"][0]["id"] = f"s-{EVIL}"
+    events = [
+        *EVENTS,
+        _event(53, "session.opened", 0.4, session=f"s-{EVIL}x", model=EVIL, stream=True),
+        _event(54, "session.closed", 0.3, session=f"s-{EVIL}x", model=EVIL, tokens=0, age_ms=100,
+               kind="failed", code=f"bad{EVIL}", message=f"unknown field '{EVIL}'"),
+        _event(55, "worker.exited", 0.2, worker="qwen-0.5b", pid=5001, code=1, signal=None, uptime_s=3.0,
+               ready=True, reason=EVIL),
+        _event(56, f"custom{EVIL}", 0.1, detail=EVIL),
+    ]  # fmt: skip
+    async with app.run_test(size=(160, 40)) as pilot:
+        app.main.ingest(state, events)
+        app.main.set_connection("disconnected", f"HTTP 500 {EVIL}")
+        await pilot.pause()
+        shown = screen_text(app)
+        assert "pwned" in shown  # the text is there, its controls are not
+        assert not CONTROL.search(shown), repr(CONTROL.findall(shown))
+        sessions, log = app.query_one(SessionsTable), app.query_one(EventLog)
+        cells = [cell.plain for row in sessions.rows for cell in sessions.get_row(row)]
+        for text in [*cells, *(line.plain for line in log.entries), app.query_one(StatusBar).render().plain]:
+            assert not CONTROL.search(text), repr(text)
+
+
+@pytest.mark.anyio
+async def test_a_host_that_stops_ends_the_stream_cleanly(tiny_model: Path) -> None:
+    server = start_server("--model", str(tiny_model))
+    try:
+        app = console(server)
+        async with app.run_test(size=SIZE) as pilot:
+            status = app.query_one(StatusBar)
+            await until(pilot, lambda: status.connection == "connected", "connected")
+            await anyio.to_thread.run_sync(server.stop)
+            await until(pilot, lambda: status.connection == "disconnected", "it says disconnected")
+            # The host said it was stopping (`event: end`): no "connection lost".
+            assert "lost the host: the host is stopping" in log_text(app)
+            assert "host.stopping" in log_text(app)
+    finally:
+        server.stop()
+
+
+@pytest.mark.anyio
+async def test_the_console_ignores_proxies_for_a_local_host(host: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    app = console(host)
+    async with app.run_test(size=SIZE) as pilot:
+        workers = app.query_one(WorkersTable)
+        await until(pilot, lambda: workers.row_count == 1, "the worker is listed")
+        assert app.main.status.connection == "connected"
+
+
+def test_a_worker_that_could_not_be_started_reads_as_such() -> None:
+    from mlxhost_tui.state import describe
+
+    event = {"seq": 1, "at": 0, "type": "worker.exited", "worker": "m", "pid": None, "code": None,
+             "signal": None, "uptime_s": 0.0, "ready": False, "reason": "cannot start the worker: [Errno 2]"}
+    assert describe(event) == "m: could not be started: cannot start the worker: [Errno 2]"
+    exhausted = {"seq": 2, "at": 0, "type": "worker.exhausted", "worker": "m", "reason": "bad launch"}
+    assert describe(exhausted) == "m: not restarted again: bad launch (r restarts it)"

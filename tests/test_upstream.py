@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+import resource
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 from starlette.types import Receive, Scope, Send
 
@@ -133,4 +136,83 @@ async def test_a_worker_that_goes_away_mid_answer_is_a_broken_connection(tmp_pat
         async for _ in chunks:
             pass
     await response.aclose()
+    await client.aclose()
+
+
+@pytest.fixture
+def high_fds() -> Iterator[None]:
+    """Every file descriptor up to past 1024 taken, so that the next sockets get numbers select()
+    refuses (FD_SETSIZE); the soft limit raised for it where needed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted + 64:
+        if hard != resource.RLIM_INFINITY and hard < wanted + 64:
+            pytest.skip(f"the hard limit on open files ({hard}) is too low")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted + 64, hard))
+    null = os.open(os.devnull, os.O_RDONLY)
+    taken = [null]
+    try:
+        while taken[-1] < wanted:
+            taken.append(os.dup(null))
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.anyio
+async def test_connections_past_fd_1024_are_reused(tmp_path: Path, high_fds: None) -> None:
+    async with serving(tmp_path / "w.sock", keep_alive=0.3):
+        client = WorkerClient(str(tmp_path / "w.sock"))
+        for n in range(2):
+            response = await client.post("/echo", {}, b"hello %d" % n)
+            assert await response.aread() == b"hello %d" % n
+            await response.aclose()
+        kept = client._idle[-1]
+        assert kept.stream.extra(anyio.abc.SocketAttribute.raw_socket).fileno() > 1024
+        assert len(client._idle) == 1  # the one connection served both
+        await anyio.sleep(0.8)  # the worker closes its end of the idle connection
+        third = await client.post("/echo", {}, b"three")
+        assert await third.aread() == b"three"
+        await third.aclose()
+        assert client._idle[-1] is not kept
+        await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_read_cancelled_mid_answer_closes_the_connection(tmp_path: Path) -> None:
+    async with serving(tmp_path / "w.sock") as worker:
+        client = WorkerClient(str(tmp_path / "w.sock"))
+        response = await client.post("/stream", {}, b"")
+        connection = response._connection
+        assert connection is not None
+        with anyio.move_on_after(0.2):
+            async for _ in response.aiter_raw():
+                pass  # the worker streams for 10 s: cancelled in the middle of a read
+        # Closed at once, not when (or if) the caller gets to aclose the response.
+        with anyio.fail_after(5):
+            await worker.disconnected.wait()
+        with pytest.raises(anyio.ClosedResourceError):
+            await connection.stream.send(b"x")
+        await response.aclose()
+        assert client._idle == []
+        await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_broken_answer_closes_its_connection(tmp_path: Path) -> None:
+    client = WorkerClient(str(tmp_path / "w.sock"))
+    async with serving(tmp_path / "w.sock") as worker:
+        response = await client.post("/stream", {}, b"")
+        connection = response._connection
+        assert connection is not None
+        chunks = response.aiter_raw()
+        await chunks.__anext__()
+        worker.disconnected.set()
+    with pytest.raises(UpstreamBroken):
+        async for _ in chunks:
+            pass
+    with pytest.raises(anyio.ClosedResourceError):  # closed by the failure, before any aclose
+        await connection.stream.send(b"x")
     await client.aclose()

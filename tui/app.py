@@ -22,6 +22,7 @@ from textual.app import App
 from textual.screen import Screen
 
 from mlxhost.admin_client import AdminClient, Target
+from mlxhost.host.events import END_HOST_STOPPING, END_LAGGED
 
 from .screens import MainScreen
 from .state import host_identity
@@ -33,6 +34,8 @@ RETRY_MAX_S = 2.0
 POLL_S = 1.0
 BACKLOG = 200  # events before the snapshot that a first connection asks for, for the log only
 POLL_FAILURES = 2  # polls that fail in a row before the event stream is started again
+# What the console says when the host ends its event stream, by the reason the host gives.
+ENDINGS = {END_HOST_STOPPING: "the host is stopping"}
 
 
 class StreamEnded(Exception):
@@ -106,7 +109,12 @@ class ConsoleApp(App[None]):
                             if event["type"] == "stream.lagged":
                                 break  # reconnect at once, resuming after the last event we have
                         else:
-                            raise StreamEnded("the host ended the event stream")
+                            # The host ended the stream on purpose (`event: end`); a cut one
+                            # raises instead. After a lag, read on at once from where we are.
+                            if client.end_reason == END_LAGGED:
+                                continue
+                            why = ENDINGS.get(client.end_reason or "", "the host ended the event stream")
+                            raise StreamEnded(why)
             except (httpx.HTTPError, OSError, json.JSONDecodeError, StreamEnded) as exc:
                 self.main.set_connection("disconnected", _why(exc))
                 await asyncio.sleep(delay)

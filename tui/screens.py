@@ -13,7 +13,7 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from .state import HostInfo, host_identity
+from .state import HostInfo, host_identity, strip_controls
 from .widgets import (
     AdmissionPanel,
     EventLog,
@@ -178,6 +178,9 @@ class MainScreen(Screen[None]):
         events on the way) only refreshes what no event reports: admission counts, session states.
         """
         now = self.clock()
+        # Everything below draws what the host said: nothing of it reaches the terminal raw.
+        state = strip_controls(state)
+        events = [strip_controls(event) for event in events]
         if state is not None:
             identity = host_identity(state)
             if identity != self.host:
@@ -216,6 +219,7 @@ class MainScreen(Screen[None]):
             self.call_later(self.redraw)
 
     def set_connection(self, connection: str, detail: str = "") -> None:
+        detail = strip_controls(detail)  # an error's text may quote what the host answered
         if connection == "disconnected" and self.status.connection == "connected":
             self.event_log.note(f"lost the host: {detail}" if detail else "lost the host")
         self.status.connection = connection

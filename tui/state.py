@@ -8,6 +8,7 @@ times come from its `at` (so events replayed after a reconnect keep their own ti
 from __future__ import annotations
 
 import collections
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ __all__ = [
     "host_identity",
     "size",
     "sparkline",
+    "strip_controls",
 ]
 
 LINGER_S = 5.0  # how long a closed session stays in the table with its outcome
@@ -39,6 +41,26 @@ MEMORY_READINGS = 24
 QUIET_EVENTS = frozenset({"session.progress", "worker.memory"})
 
 Event = dict[str, Any]
+
+# C0 (with DEL) and C1 controls, the Unicode line and paragraph separators, and the bidirectional
+# overrides: none of them may reach the terminal, whatever a host (or its clients) put in a name.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_controls(value: Any) -> Any:
+    """`value`, as the host sent it, with control characters removed from every string in it.
+
+    The host escapes them already; the console does not rely on that, since what it draws goes
+    straight to the operator's terminal (an ESC sequence could retitle it or clear it).
+    """
+    if isinstance(value, str):
+        # `isprintable` is false for every character the pattern matches: most strings pass as is.
+        return value if value.isprintable() else _CONTROLS.sub("", value)
+    if isinstance(value, dict):
+        return {strip_controls(k): strip_controls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strip_controls(v) for v in value]
+    return value
 
 
 def event_time(event: Event) -> float:
@@ -136,8 +158,10 @@ class Worker:
     def exit_text(self) -> str:
         if not self.last_exit:
             return "-"
-        how = self.last_exit.get("signal") or f"code {self.last_exit.get('code')}"
+        how = self.last_exit.get("signal") or _code(self.last_exit.get("code"))
         reason = self.last_exit.get("reason")
+        if how is None:  # it never ran: a failed spawn says only why
+            return str(reason or "-")
         return f"{how}: {reason}" if reason else str(how)
 
 
@@ -248,6 +272,8 @@ def describe(event: Event) -> str:
         case "worker.ready":
             return f"{e['worker']}: ready, pid {e['pid']}, in {e['ready_ms']} ms"
         case "worker.exited":
+            if e.get("pid") is None:  # it was never started
+                return f"{e['worker']}: could not be started: {e.get('reason') or 'unknown'}"
             how = f"signal {e['signal']}" if e.get("signal") else f"exit code {e.get('code')}"
             why = f": {e['reason']}" if e.get("reason") else ""
             return f"{e['worker']}: pid {e['pid']} exited, {how} after {duration(e.get('uptime_s') or 0)}{why}"
@@ -255,7 +281,8 @@ def describe(event: Event) -> str:
             delay = f", in {e['delay_ms']} ms" if e.get("delay_ms") else ""
             return f"{e['worker']}: restarting (attempt {e['attempt']} of {e['max']}{delay})"
         case "worker.exhausted":
-            return f"{e['worker']}: keeps exiting; not restarted again (r restarts it)"
+            why = f": {e['reason']}" if e.get("reason") else "; keeps exiting"
+            return f"{e['worker']}: not restarted again{why} (r restarts it)"
         case "worker.memory":
             return f"{e['worker']}: memory {size(e['active_bytes'] + e['cache_bytes'])}"
         case "model.evicted":
@@ -307,3 +334,7 @@ def bar(value: int, limit: int | None, width: int) -> str:
     if value and not filled:
         filled = 1
     return "█" * filled + "░" * (width - filled)
+
+
+def _code(code: object) -> str | None:
+    return None if code is None else f"code {code}"

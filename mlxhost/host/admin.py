@@ -7,9 +7,7 @@ and writes 0600 into its runtime directory, unless `admin_token` sets one.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,35 +18,23 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message, Send
 
-from ..api.errors import NotFound, Unauthorized
+from ..api.errors import InvalidRequest, NotFound
 from ..config import ModelSpec
+from ..inert import excerpt
+from .events import END_HOST_STOPPING, END_LAGGED, Published, end_frame
 from .pool import ModelPool
 from .sessions import CancelReason
 
-__all__ = ["admin_routes", "host_state", "is_unix", "require_token"]
+__all__ = ["admin_routes", "host_state"]
 
 HEARTBEAT = 10.0  # seconds between SSE comments on a quiet event stream
 RETRY_MS = 2000
-
-
-def is_unix(request: Request) -> bool:
-    # Hypercorn gives no server address for a Unix socket connection.
-    return request.scope.get("server") is None
-
-
-def require_token(request: Request, token: str | None, what: str) -> None:
-    if token is None or is_unix(request):
-        return
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip(), token):
-        raise Unauthorized(f"{what} needs 'Authorization: Bearer <token>' on TCP")
+MAX_SEQ_DIGITS = 20  # an event number fits in 64 bits
 
 
 def _host(request: Request) -> Any:
-    host = request.app.state.host
-    require_token(request, host.admin_token, "the admin API")
-    return host
+    # The admin token was checked at the front door (mlxhost/api/guard.py), like every credential.
+    return request.app.state.host
 
 
 def host_state(host: Any) -> dict[str, Any]:
@@ -78,26 +64,44 @@ async def state(request: Request) -> Response:
     return JSONResponse(host_state(_host(request)))
 
 
+def _resume_point(request: Request) -> int | None:
+    """The `Last-Event-ID` header (or `?after=`): plain ASCII digits, or a 400 naming it."""
+    header = request.headers.get("last-event-id")
+    name, value = ("Last-Event-ID", header) if header is not None else ("after", request.query_params.get("after"))
+    if not value:
+        return None
+    # Not `str.isdigit()`: it takes "١" and "²", which `int` then reads or refuses.
+    if len(value) > MAX_SEQ_DIGITS or not value.isascii() or not value.isdigit():
+        raise InvalidRequest(
+            f"{name} must be an event number (ASCII digits), not '{excerpt(value)}'", param=name
+        )
+    return int(value)
+
+
 async def events(request: Request) -> Response:
     host = _host(request)
-    after = request.headers.get("last-event-id") or request.query_params.get("after")
-    subscription = host.events.subscribe(int(after) if after and after.isdigit() else None)
+    subscription = host.events.subscribe(_resume_point(request))
 
     async def stream() -> AsyncIterator[bytes]:
         try:
             yield f"retry: {RETRY_MS}\n\n".encode()
             while True:
-                event: Any = None
+                published: Published | None = None
                 with anyio.move_on_after(HEARTBEAT):
-                    event = await anext(subscription, StopAsyncIteration)
-                if event is None:
+                    try:
+                        published = await subscription.receive()
+                    except anyio.EndOfStream:
+                        break
+                if published is None:
                     yield b": heartbeat\n\n"
                     continue
-                if event is StopAsyncIteration:
+                yield published.frame
+                if published.event["type"] == "stream.lagged":
+                    yield end_frame(END_LAGGED)
                     return
-                yield f"id: {event['seq']}\ndata: {json.dumps(event)}\n\n".encode()
-                if event["type"] == "stream.lagged":
-                    return
+            # The hub ended the subscription: the host is stopping. Saying so lets a client
+            # tell this end from a cut connection.
+            yield end_frame(END_HOST_STOPPING)
         finally:
             await subscription.aclose()
 

@@ -14,7 +14,7 @@ client left, and it stops the generation.
 
 from __future__ import annotations
 
-import select
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -51,12 +51,18 @@ class _Connection:
         self.idle_since = 0.0
 
     def reusable(self, now: float) -> bool:
-        if now - self.idle_since > IDLE_REUSE:
+        if now - self.idle_since > IDLE_REUSE or self.h11.our_state is not h11.IDLE:
             return False
-        # An idle connection has nothing to read; if it has, that is the worker's EOF.
+        # An idle connection has nothing to read. A peek says so without blocking and, unlike
+        # select(), for any file descriptor number (select() refuses those past FD_SETSIZE, 1024).
         sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
-        readable, _, _ = select.select([sock], [], [], 0)
-        return not readable
+        try:
+            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True  # idle, as it should be
+        except OSError:
+            return False
+        return False  # b"": the worker's EOF; or bytes nobody asked for: either way, not reusable
 
     async def send(self, event: h11.Event) -> None:
         data = self.h11.send(event)
@@ -96,31 +102,48 @@ class UpstreamResponse:
         """The body as it arrives (chunked transfer coding removed)."""
         connection = self._connection
         assert connection is not None, "the response is closed"
-        while not self._ended:
-            try:
-                event = await connection.next_event()
-            except (OSError, anyio.BrokenResourceError, h11.ProtocolError) as exc:
-                raise UpstreamBroken(f"the connection to the worker broke: {exc!r}") from exc
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                self._ended = True
-            elif isinstance(event, h11.ConnectionClosed):
-                raise UpstreamBroken("the worker closed the connection in the middle of an answer")
+        try:
+            while not self._ended:
+                try:
+                    event = await connection.next_event()
+                except (OSError, anyio.BrokenResourceError, h11.ProtocolError) as exc:
+                    raise UpstreamBroken(f"the connection to the worker broke: {exc!r}") from exc
+                if isinstance(event, h11.Data):
+                    yield bytes(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    self._ended = True
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise UpstreamBroken("the worker closed the connection in the middle of an answer")
+        except BaseException:
+            # Broken, cancelled mid-read, or left before the end: the rest of this answer will
+            # never be read, so the connection cannot serve another. Close it now, whether or
+            # not the caller gets to `aclose` (that is how the worker learns the client left).
+            await self._abandon()
+            raise
 
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
     async def aclose(self) -> None:
         """Hand the connection back for the next request, or close it if the answer was cut short."""
-        connection, self._connection = self._connection, None
+        connection = self._connection
         if connection is None:
             return
         exchange = connection.h11
         if self._ended and exchange.our_state is h11.DONE and exchange.their_state is h11.DONE:
-            exchange.start_next_cycle()
+            self._connection = None
+            try:
+                exchange.start_next_cycle()
+            except h11.ProtocolError:
+                await connection.aclose()
+                return
             await self._client._release(connection)
         else:
+            await self._abandon()
+
+    async def _abandon(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
             await connection.aclose()
 
 
@@ -133,12 +156,13 @@ class WorkerClient:
         self._closed = False
 
     async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> UpstreamResponse:
-        connection = await self._reuse() or await self._connect()
+        # Built first: a header h11 refuses then costs no connection.
         request = h11.Request(
             method="POST",
             target=path,
             headers=[("host", "worker"), ("content-length", str(len(body))), *headers.items()],
         )
+        connection = await self._reuse() or await self._connect()
         try:
             await connection.send(request)
             await connection.send(h11.Data(data=body))
@@ -166,9 +190,13 @@ class WorkerClient:
         now = time.monotonic()
         while self._idle:
             connection = self._idle.pop()
-            if connection.reusable(now):
-                return connection
-            await connection.aclose()
+            try:
+                if connection.reusable(now):
+                    return connection
+            except BaseException:
+                await connection.aclose()
+                raise
+            await connection.aclose()  # shielded: a cancellation here still closes it
         return None
 
     async def _connect(self) -> _Connection:
@@ -180,7 +208,7 @@ class WorkerClient:
         return _Connection(stream)
 
     async def _release(self, connection: _Connection) -> None:
-        if self._closed or len(self._idle) >= MAX_IDLE:
+        if self._closed or len(self._idle) >= MAX_IDLE or connection.h11.our_state is not h11.IDLE:
             await connection.aclose()
             return
         connection.idle_since = time.monotonic()
