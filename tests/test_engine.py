@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,34 @@ async def test_text_held_back_between_hand_overs_arrives_whole_and_in_order(tiny
     assert held[0].completion_tokens == 1 and held[0].finish_reason is None
     assert len(held) == 2
     assert len(every_step) > 10
+
+
+class Recording:
+    """A stand-in for the engine's tokenizer that notes which thread uses it."""
+
+    def __init__(self, tokenizer: object, threads: list[str]) -> None:
+        self._tokenizer = tokenizer
+        self._threads = threads
+
+    def __getattr__(self, name: str) -> object:
+        self._threads.append(threading.current_thread().name)
+        return getattr(self._tokenizer, name)
+
+
+@pytest.mark.anyio
+async def test_the_event_loop_never_touches_the_tokenizer(tiny_model: Path) -> None:
+    threads: list[str] = []
+    async with Engine.open(tiny_model, EngineOptions(prompt_cache_entries=0)) as engine:
+        engine._tokenizer = Recording(engine._tokenizer, threads)
+        # Short prompts too: how long a template takes is not told by its characters.
+        prompt = await engine.encode_chat([{"role": "user", "content": "hi"}])
+        assert await engine.encode("hi")
+        request = GenerationRequest(prompt, 16, SamplingParams(temperature=0.0), logprobs=3)
+        async with engine.generate(request) as session:
+            deltas = [delta async for delta in session]
+    assert sum(len(d.logprobs or []) for d in deltas) == deltas[-1].completion_tokens > 0
+    assert threads  # the prompts were encoded by the recorded tokenizer...
+    # ...in the tokenizer thread only: not on the event loop, and not by the generation thread,
+    # which decodes (text and logprobs) with its own copy, so the two never share one.
+    assert threading.main_thread().name not in threads
+    assert "mlxhost-generation" not in threads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 import httpx
 import openai
@@ -54,6 +55,9 @@ BAD_CHAT_BODIES = [
     (chat(seed="abc"), "seed"),
     (chat(model=5), "model"),
     ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages[0].tool_calls"),
+    (chat(cache_salt=""), "cache_salt"),
+    (chat(cache_salt="s" * 257), "cache_salt"),
+    (chat(cache_salt=5), "cache_salt"),
 ]
 
 
@@ -115,7 +119,7 @@ def test_malformed_json_is_a_400(server: Server, raw: bytes) -> None:
 def test_body_over_the_limit_is_a_413(server: Server) -> None:
     body = json.dumps(chat(user="x" * (5 * 1024 * 1024)))
     with server.http() as http:
-        response = http.post("/v1/chat/completions", content=body)
+        response = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
 
@@ -141,3 +145,100 @@ def test_errors_keep_the_server_healthy(server: Server) -> None:
         reply = http.post("/v1/chat/completions", json=chat(max_tokens=3))
     assert reply.status_code == 200
     assert httpx.codes.is_success(reply.status_code)
+
+
+JSON = {"content-type": "application/json"}
+HUGE = 1 << 20  # a 1 MB field name: over the size where the worker sizes a body up before pydantic
+
+
+def controls(text: str) -> list[str]:
+    return [c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F]
+
+
+@pytest.mark.parametrize("size", [HUGE, 30_000])
+@pytest.mark.parametrize("where", ["body", "message"])
+def test_an_unknown_field_name_is_quoted_short(server: Server, where: str, size: int) -> None:
+    name = "k" * size
+    body = chat(**{name: 1}) if where == "body" else {"messages": [{"role": "user", "content": "x", name: 1}]}
+    with server.http() as http:
+        response = http.post("/v1/chat/completions", content=json.dumps(body), headers=JSON)
+    assert response.status_code == 400
+    assert len(response.content) < 1024  # the name was 1 MB: before, the answer was 2 MB
+    error = response.json()["error"]
+    assert error["code"] == "unsupported_parameter"
+    assert error["param"].startswith("kkkk" if where == "body" else "messages[0].kkkk")
+    assert f"{size} characters" in error["message"]
+
+
+@pytest.mark.parametrize("size", [HUGE, 16])
+@pytest.mark.parametrize("where", ["body", "message"])
+def test_control_characters_in_a_field_name_come_back_escaped(server: Server, where: str, size: int) -> None:
+    name = "\x1b]0;owned\x07\x1b[2J\x9b" + "x" * size
+    body = chat(**{name: 1}) if where == "body" else {"messages": [{"role": "user", "content": "x", name: 1}]}
+    with server.http() as http:
+        response = http.post("/v1/chat/completions", content=json.dumps(body), headers=JSON)
+    assert response.status_code == 400
+    assert not [b for b in response.content if b < 0x20]
+    error = response.json()["error"]
+    assert not controls(error["message"]) and not controls(error["param"])
+    assert "\\x1b]0;owned\\x07" in error["param"]
+
+
+def test_a_model_name_in_the_path_is_quoted_short_and_inert(server: Server) -> None:
+    name = "\x1b[2J" + "m" * 10_000
+    transport = httpx.HTTPTransport(uds=server.worker()["socket"])
+    with httpx.Client(base_url="http://worker", transport=transport, timeout=30) as worker:
+        response = worker.get("/v1/models/" + urllib.parse.quote(name))
+    assert response.status_code == 404 and len(response.content) < 1024
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found" and not controls(error["message"])
+    assert "\\x1b[2Jmmm" in error["message"]
+
+
+MESSAGE = {"role": "user", "content": "x"}
+# Bodies of megabytes, sized up before pydantic builds an object for each item in them.
+LARGE_BAD_BODIES = [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": ""}] * 20_000}, "messages"),
+    ("/v1/chat/completions", {"messages": [MESSAGE], "stop": ["a"] * 500_000}, "stop"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}] * 100_000}]},
+        "messages[0].content",
+    ),
+    ("/v1/chat/completions", {"messages": [MESSAGE], "junk": [[]] * 1_000_000}, "junk"),
+    ("/v1/chat/completions", {"messages": [MESSAGE], "model": [[[]]] * 500_000}, "model"),
+    ("/v1/chat/completions", {"messages": [{"role": [[]] * 500_000, "content": ""}]}, "messages[0].role"),
+    ("/v1/chat/completions", {"messages": [{**MESSAGE, "x": [{}] * 500_000}]}, "messages[0].x"),
+    ("/v1/completions", {"prompt": [1] * 1_000_000}, "prompt"),
+    ("/v1/completions", {"prompt": "x", "stream_options": {"x": [[]] * 500_000}}, "stream_options.x"),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "param"), LARGE_BAD_BODIES)
+def test_a_large_bad_body_names_the_field(server: Server, route: str, body: dict[str, object], param: str) -> None:
+    with server.http() as http:
+        response = http.post(route, content=json.dumps(body), headers=JSON)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param", "said"),
+    [
+        # Each message is at least one token, so 5,000 cannot fit a 4,096-token context.
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": ""}] * 5000}, "messages", "5000 messages"),
+        # No token of the tiny model's vocabulary spans more than 25 characters.
+        ("/v1/completions", {"prompt": "x" * 110_000}, "prompt", "110000 characters"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 110_000}]}, "messages", "110000 characters"),
+        ("/v1/completions", {"prompt": [1] * 5000}, "prompt", "5000 token ids"),
+    ],
+)
+def test_a_prompt_that_cannot_fit_is_refused_before_it_is_encoded(
+    server: Server, route: str, body: dict[str, object], param: str, said: str
+) -> None:
+    with server.http() as http:
+        response = http.post(route, content=json.dumps(body), headers=JSON)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and error["code"] == "context_length_exceeded"
+    assert said in error["message"] and "4096" in error["message"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import httpx
 import openai
 
 from conftest import Server, start_server
+from mlxhost.api.guard import CACHE_SCOPE_HEADER
 
 
 def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int = 16) -> tuple[str, int, int]:
@@ -84,3 +86,65 @@ def test_the_worker_reports_its_cache(server: Server, client: openai.OpenAI) -> 
     assert after["lookups"] == before["lookups"] + 2
     assert after["cached_tokens"] >= before["cached_tokens"] + cached == before["cached_tokens"] + prompt_tokens - 1
     assert after["entries"] >= 1 and after["bytes"] > 0
+
+
+def ask_worker(server: Server, messages: list[dict[str, str]], scope: str | None) -> tuple[int, int]:
+    """(prompt tokens, cached tokens) of a chat sent straight to the worker, as the parent would."""
+    headers = {CACHE_SCOPE_HEADER: scope} if scope is not None else {}
+    body = {"messages": messages, "max_tokens": 4, "temperature": 0}
+    transport = httpx.HTTPTransport(uds=server.worker()["socket"])
+    with httpx.Client(base_url="http://worker", transport=transport, timeout=60) as http:
+        usage = http.post("/v1/chat/completions", json=body, headers=headers).json()["usage"]
+    return usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_a_caller_never_starts_from_another_callers_cached_prompt(server: Server) -> None:
+    question = fresh_question()
+    alice, bob = f"alice-{uuid.uuid4().hex}", f"bob-{uuid.uuid4().hex}"
+    prompt_tokens, _ = ask_worker(server, question, alice)
+    assert ask_worker(server, question, alice)[1] == prompt_tokens - 1
+    # Bob's scope holds nothing yet: not even the chat template's opening is shared with Alice.
+    assert ask_worker(server, question, bob)[1] == 0
+    assert ask_worker(server, question, bob)[1] == prompt_tokens - 1  # his own entry, now
+    # The shared scope (no header) has at most the template's opening, from other requests.
+    assert ask_worker(server, question, None)[1] < prompt_tokens / 2
+
+
+def test_cache_salt_keeps_a_callers_requests_apart(client: openai.OpenAI) -> None:
+    question = fresh_question()
+
+    def cached(salt: str | None) -> tuple[int, int]:
+        extra = {"cache_salt": salt} if salt else {}
+        reply = client.chat.completions.create(
+            model="tiny", messages=question, max_tokens=4, temperature=0, extra_body=extra  # type: ignore[arg-type]
+        )
+        assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+        return reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens or 0
+
+    salt = uuid.uuid4().hex
+    prompt_tokens, _ = cached(salt)
+    assert cached(salt) == (prompt_tokens, prompt_tokens - 1)
+    assert cached(uuid.uuid4().hex) == (prompt_tokens, 0)
+    assert cached(None)[1] < prompt_tokens / 2
+
+
+def test_namespaces_whose_entries_are_gone_are_forgotten() -> None:
+    # Each cache_salt is a namespace; a client sending a new salt with every request must not
+    # grow the worker's memory once its entries have been evicted.
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from mlxhost.worker.prompt_cache import PromptCache
+
+    def kv_cache(tokens: int) -> list[KVCache]:
+        cache = KVCache()
+        cache.update_and_fetch(mx.zeros((1, 1, tokens, 4)), mx.zeros((1, 1, tokens, 4)))
+        return [cache]
+
+    cache = PromptCache(entries=2, max_bytes=1 << 30)
+    for salt in range(100):
+        cache.keep([1, 2, 3], kv_cache(3), ("scope", f"salt-{salt}"))
+    assert cache.statistics().entries == 2
+    assert len(cache._lru._trie._trie) == 2  # one trie root per namespace that still has entries
+    assert cache.take([1, 2, 3, 4], ("scope", "salt-99"))[1] == [4]
+    assert cache.take([1, 2, 3, 4], ("scope", "salt-0")) == (None, [1, 2, 3, 4])

@@ -14,9 +14,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..config import Settings
+from ..inert import excerpt
 from ..worker.engine import Engine, EngineStopped
 from .completions import Serving, chat_completions, completions, serving, shutting_down
 from .errors import EXCEPTION_HANDLERS, NotFound
+from .guard import api_keys, front_door
 from .openapi import openapi_document
 
 __all__ = ["create_app"]
@@ -35,6 +37,9 @@ def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
             Route("/openapi.json", openapi, methods=["GET"]),
         ],
         exception_handlers={**EXCEPTION_HANDLERS, EngineStopped: engine_stopped},
+        # In-process this app is the public one and passes the same front door as the parent's;
+        # in a worker it is reached only through the parent, over a private socket.
+        middleware=front_door(settings, api_keys(settings)) if settings.in_process else None,
     )
     app.state.serving = Serving(engine, settings, model_id)
     app.state.started = int(time.time())
@@ -57,17 +62,29 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     name = request.path_params["model"]
     if name != serving(request).model_id:
-        raise NotFound(f"the model '{name}' does not exist", param="model", code="model_not_found")
+        raise NotFound(f"the model '{excerpt(name)}' does not exist", param="model", code="model_not_found")
     return JSONResponse(_model_card(request))
 
 
 async def health(request: Request) -> Response:
+    """200 while serving; 503 while draining ("stopping") or hung ("stalled").
+
+    A worker busy with long prompts still answers here at once (its event loop never waits on a
+    request), so a slow answer means a stopped process. A generation thread that spends longer
+    than `stall_timeout` in one step is hung even though the loop still answers: the 503 makes
+    the parent kill and replace the worker.
+    """
     service = serving(request)
     engine = service.engine
-    status = "ok" if service.accepting else "stopping"
+    busy = engine.busy_seconds()
+    healthy = service.accepting
+    status = "ok" if healthy else "stopping"
+    if busy > service.settings.stall_timeout:
+        healthy, status = False, "stalled"
     return JSONResponse(
         {
             "status": status,
+            "step_seconds": round(busy, 3),  # in the generation thread's current step
             "model": service.model_id,
             "context_length": engine.context_length,
             "load_seconds": round(engine.load_seconds, 3),
@@ -75,7 +92,7 @@ async def health(request: Request) -> Response:
             "prompt_cache": asdict(engine.prompt_cache_statistics()),
             "memory": {**engine.memory(), "rss_bytes": psutil.Process().memory_info().rss},
         },
-        status_code=200 if service.accepting else 503,
+        status_code=200 if healthy else 503,
     )
 
 

@@ -1,5 +1,9 @@
 """POST /v1/chat/completions and /v1/completions: validate, generate, answer whole or streamed.
 
+Nothing here waits on the event loop for the size of a request: a large body is sized up before
+pydantic builds it (see schemas), a prompt that cannot fit is refused before the chat template
+renders it, and rendering and encoding run in the engine's tokenizer thread.
+
 A generation lives exactly as long as someone wants it. Streaming: the session is opened inside
 the response body, which Starlette cancels when the client disconnects. Whole answers: a watcher
 task waits for `http.disconnect` while the result is collected and cancels the collection.
@@ -16,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..config import Settings
+from ..inert import excerpt
 from ..worker.engine import Engine, EngineStopped
 from ..worker.sessions import (
     Delta,
@@ -26,7 +31,8 @@ from ..worker.sessions import (
 from .body import read_body as read_limited_body
 from .errors import APIError, InternalError, InvalidRequest, ServiceUnavailable
 from .formats import DONE, KEEPALIVE, ChatFormat, CompletionFormat, sse
-from .schemas import ChatCompletionRequest, CompletionRequest, parse_body
+from .guard import CACHE_SCOPE_HEADER
+from .schemas import ChatCompletionRequest, CompletionRequest, parse_body, too_long
 
 __all__ = ["Serving", "chat_completions", "completions", "shutting_down"]
 
@@ -51,40 +57,67 @@ def serving(request: Request) -> Serving:
 
 async def chat_completions(request: Request) -> Response:
     service = serving(request)
-    chat = parse_body(ChatCompletionRequest, await read_body(request, service))
+    context = service.engine.context_length
+    chat = parse_body(ChatCompletionRequest, await read_body(request, service), context)
     messages = [
         {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
         for m in chat.messages
     ]
+    # Each message renders to at least one token.
+    if context is not None and len(messages) >= context:
+        raise too_long("messages", f"{len(messages)} messages are at least {len(messages)} tokens", context)
+    _check_characters(service, "messages", sum(len(m["content"]) for m in messages))
     prompt = await service.engine.encode_chat(messages)
-    generation = _generation_request(chat, prompt, service, prompt_param="messages")
+    generation = _generation_request(chat, prompt, service, "messages", _namespace(request, chat))
     fmt = ChatFormat(service.model_id, len(prompt), include_usage=chat.wants_usage_chunk())
     return await _respond(request, service, generation, fmt, bool(chat.stream))
 
 
 async def completions(request: Request) -> Response:
     service = serving(request)
-    completion = parse_body(CompletionRequest, await read_body(request, service))
+    context = service.engine.context_length
+    completion = parse_body(CompletionRequest, await read_body(request, service), context)
     if isinstance(completion.prompt, str):
+        _check_characters(service, "prompt", len(completion.prompt))
         prompt = await service.engine.encode(completion.prompt)
     else:
         prompt = list(completion.prompt)
+        if context is not None and len(prompt) >= context:
+            raise too_long("prompt", f"{len(prompt)} token ids", context)
         vocab = service.engine.vocab_size
-        for i, token in enumerate(prompt):
-            if token >= vocab:
-                raise InvalidRequest(
-                    f"prompt[{i}]: token id {token} is not in the vocabulary (0..{vocab - 1})",
-                    param=f"prompt[{i}]",
-                )
-    generation = _generation_request(completion, prompt, service, prompt_param="prompt")
+        if max(prompt) >= vocab:
+            i, token = next((i, t) for i, t in enumerate(prompt) if t >= vocab)
+            raise InvalidRequest(
+                f"prompt[{i}]: token id {excerpt(token)} is not in the vocabulary (0..{vocab - 1})",
+                param=f"prompt[{i}]",
+            )
+    generation = _generation_request(completion, prompt, service, "prompt", _namespace(request, completion))
     fmt = CompletionFormat(service.model_id, len(prompt), include_usage=completion.wants_usage_chunk())
     return await _respond(request, service, generation, fmt, bool(completion.stream))
+
+
+def _check_characters(service: Serving, param: str, chars: int) -> None:
+    """Refuse, before encoding it, a prompt with more characters than its tokens could cover."""
+    context, longest = service.engine.context_length, service.engine.max_token_chars
+    if context is None or longest is None:
+        return
+    least = -(-chars // longest)  # no token stands for more than `longest` characters
+    if least >= context:
+        size = f"{chars} characters are at least {least} tokens (no token spans more than {longest})"
+        raise too_long(param, size, context)
+
+
+def _namespace(request: Request, body: ChatCompletionRequest | CompletionRequest) -> tuple[str, str]:
+    # The scope is set by whoever let the request in (the parent, or the in-process front door),
+    # never by the client; the salt lets one caller keep its own requests apart too.
+    return request.headers.get(CACHE_SCOPE_HEADER, ""), body.cache_salt or ""
 
 
 async def read_body(request: Request, service: Serving) -> bytes:
     if not service.accepting:
         raise ServiceUnavailable("the server is shutting down", code="shutting_down")
-    return await read_limited_body(request, service.settings.max_body_bytes)
+    settings = service.settings
+    return await read_limited_body(request, settings.max_body_bytes, settings.body_timeout)
 
 
 def _generation_request(
@@ -92,6 +125,7 @@ def _generation_request(
     prompt: list[int],
     service: Serving,
     prompt_param: str,
+    namespace: tuple[str, str] = ("", ""),
 ) -> GenerationRequest:
     settings, context = service.settings, service.engine.context_length
     if not prompt:
@@ -100,7 +134,7 @@ def _generation_request(
     param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
     if requested is not None and requested > settings.max_tokens_limit:
         raise InvalidRequest(
-            f"{param}: {requested} is over this server's limit of {settings.max_tokens_limit}",
+            f"{param}: {excerpt(requested)} is over this server's limit of {settings.max_tokens_limit}",
             param=param,
         )
     max_tokens = requested or settings.default_max_tokens
@@ -115,7 +149,7 @@ def _generation_request(
         if len(prompt) + max_tokens > context:
             if requested is not None:
                 raise InvalidRequest(
-                    f"{param}: the prompt ({len(prompt)} tokens) plus {param} ({requested}) is "
+                    f"{param}: the prompt ({len(prompt)} tokens) plus {param} ({excerpt(requested)}) is "
                     f"over the model's context of {context} tokens",
                     param=param,
                     code="context_length_exceeded",
@@ -138,6 +172,7 @@ def _generation_request(
         sampling=sampling,
         stop=body.stop_strings(),
         logprobs=body.logprobs_count(),
+        cache_namespace=namespace,
     )
 
 

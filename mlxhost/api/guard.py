@@ -50,7 +50,7 @@ CACHE_SCOPE_HEADER = "x-mlxhost-cache-scope"
 _INTERNAL_PREFIX = b"x-mlxhost-"
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _JSON_TYPES = (b"application/json",)
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_BODY_METHODS = frozenset({"POST"})  # the only method with a body that any route takes
 
 
 def _digest(secret: bytes) -> str:

@@ -2,17 +2,31 @@
 
 Pydantic does the checking and also gives the JSON Schema that /openapi.json serves. Every field
 we do not implement is refused by name (`extra="forbid"`) rather than silently ignored.
+
+Validation runs on the event loop, and pydantic builds an object per message or content part
+(100,000 empty messages, a 3 MB body, take 0.2-0.4 s). So a large body is first parsed as plain
+JSON (tens of milliseconds) and its lists are counted and its keys checked, and one that holds
+more than any request can is refused before pydantic builds anything.
 """
 
 from __future__ import annotations
 
+import gc
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import from_json
 
+from ..inert import excerpt
 from .errors import InvalidRequest
 
-__all__ = ["ChatCompletionRequest", "CompletionRequest", "parse_body"]
+__all__ = ["ChatCompletionRequest", "CompletionRequest", "parse_body", "too_long"]
+
+# Messages in one request, and content parts over all of them: more than a conversation has.
+MAX_MESSAGES = 16_384
+MAX_STOP = 4
+SHAPE_CHECK_BYTES = 64 * 1024  # smaller bodies cost pydantic a few milliseconds at most
+HEAD_BYTES = 512 * 1024  # room for MAX_MESSAGES of the smallest messages
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
@@ -38,7 +52,7 @@ class TextFormat(_Strict):
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | Annotated[list[TextPart], Field(min_length=1)]
+    content: str | Annotated[list[TextPart], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)]
     name: str | None = None
 
     def text(self) -> str:
@@ -55,7 +69,7 @@ class _Generation(_Strict):
     top_k: Annotated[int, Field(ge=0)] | None = None
     min_p: Probability | None = None
     seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None
-    stop: StopString | Annotated[list[StopString], Field(max_length=4)] | None = None
+    stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP, fail_fast=True)] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     presence_penalty: Penalty | None = None
@@ -63,6 +77,8 @@ class _Generation(_Strict):
     repetition_penalty: Annotated[float, Field(ge=0.01, le=10.0)] | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
     n: Literal[1] | None = None
+    # Keeps this request's prompt-cache entries apart from those of requests without the same salt.
+    cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -74,7 +90,7 @@ class _Generation(_Strict):
 
 
 class ChatCompletionRequest(_Generation):
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
@@ -92,7 +108,7 @@ class ChatCompletionRequest(_Generation):
 
 
 class CompletionRequest(_Generation):
-    prompt: str | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    prompt: str | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, fail_fast=True)]
     logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
 
     def requested_max_tokens(self) -> int | None:
@@ -112,12 +128,123 @@ _FIELD_NAMES = {
 T = TypeVar("T", bound=BaseModel)
 
 
-def parse_body(model: type[T], body: bytes) -> T:
-    """Validate a JSON body, turning the first problem into a 400 that names the field."""
+# The objects a request is made of, by the field that holds them.
+_NESTED: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
+    (ChatCompletionRequest, "messages"): ChatMessage,
+    (ChatCompletionRequest, "stream_options"): StreamOptions,
+    (ChatCompletionRequest, "response_format"): TextFormat,
+    (CompletionRequest, "stream_options"): StreamOptions,
+    (ChatMessage, "content"): TextPart,
+}
+_LISTS = frozenset({"messages", "content", "stop", "prompt"})  # the fields that take a list
+BULK_ITEMS = 1024  # in an array or object where the schema has none: past this, refused unread
+
+
+def parse_body(model: type[T], body: bytes, context: int | None = None) -> T:
+    """Validate a JSON body, turning the first problem into a 400 that names the field.
+
+    `context`: the model's context in tokens, which a prompt must be shorter than; each message,
+    and each token id, is at least one token.
+    """
+    if len(body) > SHAPE_CHECK_BYTES:
+        _check_shape(model, body, context)
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
         raise _invalid_request(exc) from None
+
+
+def too_long(param: str, size: str, context: int) -> InvalidRequest:
+    """A prompt that cannot fit, told before it is encoded: `size` says how we know."""
+    return InvalidRequest(
+        f"{param}: {size}, and the model's context is {context} tokens",
+        param=param,
+        code="context_length_exceeded",
+    )
+
+
+def _check_shape(model: type[BaseModel], body: bytes, context: int | None) -> None:
+    """Refuse a body whose lists are longer, or whose objects have keys, no request can have."""
+    # Its head first: a list too long or a key unknown there is so in the whole body, and a body
+    # made to stall a server (100,000 tiny messages) shows it in its first few thousand items.
+    # That costs milliseconds; the whole body, tens of them.
+    if len(body) > HEAD_BYTES and isinstance(head := _parse(body[:HEAD_BYTES], partial=True), dict):
+        _Shape(context, partial=True).check_object(model, head, "")
+    if isinstance(data := _parse(body), dict):
+        _Shape(context).check_object(model, data, "")
+
+
+def _parse(body: bytes, partial: bool = False) -> object:
+    # The collector would run over and over while a body of a million small arrays is built
+    # (0.37 s instead of 0.075 s); nothing else can allocate meanwhile, the parser holds the GIL.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return from_json(body, allow_partial=partial)
+    except ValueError:
+        return None  # pydantic says what is wrong with it
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class _Shape:
+    def __init__(self, context: int | None, partial: bool = False) -> None:
+        self.context = context
+        self.parts = MAX_MESSAGES  # content parts left, over all messages
+        self.more = " or more" if partial else ""  # the head of a body has counts, not totals
+
+    def check_object(self, model: type[BaseModel], data: dict[str, Any], path: str) -> None:
+        for key, value in data.items():
+            if key not in model.model_fields:
+                raise _unsupported(f"{path}.{excerpt(key)}" if path else excerpt(key))
+            param = f"{path}.{key}" if path else key
+            nested = _NESTED.get((model, key))
+            if isinstance(value, list) and key in _LISTS:
+                self.check_length(key, param, len(value))
+                for i, item in enumerate(value):
+                    if isinstance(item, dict) and nested is not None:
+                        self.check_object(nested, item, f"{param}[{i}]")
+                    elif isinstance(item, (list, dict)):
+                        _check_bulk(item, f"{param}[{i}]")
+            elif isinstance(value, dict) and nested is not None:
+                self.check_object(nested, value, param)
+            elif isinstance(value, (list, dict)):
+                _check_bulk(value, param)
+
+    def check_length(self, key: str, param: str, count: int) -> None:
+        context, counted = self.context, f"{count}{self.more}"
+        if key in ("messages", "prompt") and context is not None and count >= context:
+            what = "messages" if key == "messages" else "token ids"
+            raise too_long(param, f"{counted} {what} are at least {count} tokens", context)
+        if key == "messages" and count > MAX_MESSAGES:
+            raise InvalidRequest(f"{param}: {counted} messages, over the limit of {MAX_MESSAGES}", param=param)
+        if key == "content":
+            self.parts -= count
+            if self.parts < 0:
+                raise InvalidRequest(f"{param}: more than {MAX_MESSAGES} content parts in all", param=param)
+        if key == "stop" and count > MAX_STOP:
+            raise InvalidRequest(f"{param}: at most {MAX_STOP} stop sequences, not {counted}", param=param)
+
+
+def _check_bulk(value: list[Any] | dict[str, Any], param: str) -> None:
+    """A JSON array or object where the schema has none: refused at once if large, however deep."""
+    budget, pending = BULK_ITEMS, [value]
+    while pending:
+        item = pending.pop()
+        budget -= len(item) + 1
+        if budget < 0:
+            raise InvalidRequest(f"{param}: not a valid value (an array or object this large)", param=param)
+        children = item.values() if isinstance(item, dict) else item
+        pending.extend(c for c in children if isinstance(c, (list, dict)))
+
+
+def _unsupported(param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"unsupported parameter '{param}': mlxhost does not implement it",
+        param=param,
+        code="unsupported_parameter",
+    )
 
 
 def _invalid_request(exc: ValidationError) -> InvalidRequest:
@@ -133,12 +260,8 @@ def _invalid_request(exc: ValidationError) -> InvalidRequest:
     param = _param(first["loc"])
     if first["type"] == "extra_forbidden":
         parent = _param(first["loc"][:-1])
-        param = f"{parent}.{first['loc'][-1]}" if parent else str(first["loc"][-1])
-        return InvalidRequest(
-            f"unsupported parameter '{param}': mlxhost does not implement it",
-            param=param,
-            code="unsupported_parameter",
-        )
+        name = excerpt(first["loc"][-1])  # the client's own key: any length, any characters
+        return _unsupported(f"{parent}.{name}" if parent else name)
     if first["type"] == "missing":
         return InvalidRequest(f"missing required parameter '{param}'", param=param, code="missing_parameter")
     # A union reports one error per member; say all of them for the same field.

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 MEMORY_INTERVAL = 1.0
 PROGRESS_INTERVAL = 0.25
 PARENT_GONE = "parent gone (stdin closed)"
+STDIN_FILENO = 0  # the pipe from the parent, even where sys.stdin was replaced (tests' wrappers)
 RSS_GRANULARITY = 1 << 20  # RSS wobbles by pages; report it when it moves by a MiB or more
 
 logger = logging.getLogger("mlxhost.worker")
@@ -57,24 +59,68 @@ def main() -> None:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    anyio.run(_run, record, settings, backend="asyncio")
+    watch = ParentWatch()
+    watch.start()  # before the model loads, which can take minutes
+    anyio.run(_run, record, settings, watch, backend="asyncio")
     exit_now(0)
 
 
-async def _run(record: LaunchRecord, settings: Settings) -> None:
+class ParentWatch:
+    """End of stdin means the parent has gone; this notices it from the moment the worker starts.
+
+    A blocking read returns only at end of file. It runs in a daemon thread of its own: a pool
+    thread still blocked in read() would keep the process from exiting. Before the worker is
+    ready, nobody waits for it and `mlx_lm.load` cannot be interrupted, so the process just ends;
+    it has made nothing yet (its socket comes with readiness) and so removes nothing. Once ready,
+    the parent's going starts a drain like SIGTERM.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # readiness and the end of stdin: one or the other first
+        self._on_gone: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._read_until_eof, name="mlxhost-parent-watch", daemon=True).start()
+
+    def ready(self, announce: Callable[[], None], on_gone: Callable[[], None]) -> None:
+        """Announce readiness, unless the parent has gone; from then on its going calls `on_gone`."""
+        with self._lock:
+            announce()
+            self._on_gone = on_gone
+
+    def _read_until_eof(self) -> None:
+        # os.read on the descriptor, not sys.stdin: a thread parked in a buffered read holds the
+        # buffer's lock, and the interpreter aborts when it finds that lock taken at exit.
+        while os.read(STDIN_FILENO, 4096):
+            pass
+        with self._lock:
+            on_gone = self._on_gone
+            if on_gone is None:
+                print(f"mlxhost worker: {PARENT_GONE} while loading; exiting", file=sys.stderr, flush=True)
+                os._exit(0)
+        on_gone()
+
+
+async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> None:
     from .serve import serve_model
 
     shutdown = Shutdown()
+    loop = asyncio.get_running_loop()
+    parent_gone = anyio.Event()
+
+    def on_parent_gone() -> None:  # called in the watch thread
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            loop.call_soon_threadsafe(parent_gone.set)
 
     def on_ready(engine: Engine, listener: object) -> None:
         ready = ReadyLine(os.getpid(), record.socket, record.model_id, record.version, engine.load_seconds)
-        print(ready.encode(), flush=True)
+        watch.ready(lambda: print(ready.encode(), flush=True), on_parent_gone)
 
     async def background(engine: Engine) -> None:
         engine.on_finished = _report_final
         async with anyio.create_task_group() as tg:
             tg.start_soon(shutdown.watch_signals)
-            tg.start_soon(_watch_parent, shutdown)
+            tg.start_soon(_watch_parent, parent_gone, shutdown)
             tg.start_soon(_report_memory, engine)
             tg.start_soon(_report_progress, engine)
 
@@ -97,22 +143,8 @@ async def _run(record: LaunchRecord, settings: Settings) -> None:
             runtime_dir.rmdir()
 
 
-async def _watch_parent(shutdown: Shutdown) -> None:
-    # A blocking read returns only at end of file, when the parent has gone. It runs in a daemon
-    # thread of its own: a pool thread still blocked in read() would keep the process from exiting.
-    loop = asyncio.get_running_loop()
-    closed = anyio.Event()
-
-    def read_until_eof() -> None:
-        # os.read, not sys.stdin: a thread parked in a buffered read holds the buffer's lock,
-        # and the interpreter aborts when it finds that lock taken at exit.
-        while os.read(sys.stdin.fileno(), 4096):
-            pass
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            loop.call_soon_threadsafe(closed.set)
-
-    threading.Thread(target=read_until_eof, name="mlxhost-parent-watch", daemon=True).start()
-    await closed.wait()
+async def _watch_parent(gone: anyio.Event, shutdown: Shutdown) -> None:
+    await gone.wait()
     shutdown.request(PARENT_GONE)
 
 
@@ -134,9 +166,12 @@ async def _report_memory(engine: object) -> None:
 
 
 def _report_final(session: GenerationSession) -> None:
+    # The engine calls this as it delivers a session's last delta, after the generation thread
+    # has removed the sequence from its batch: `done` tells the host that memory is free.
     if session.tag:
         rate = session.tokens / max(time.monotonic() - session.created, 1e-3)
-        report = SessionProgress(session.tag, session.tokens, round(rate, 1), len(session.request.prompt))
+        prompt = len(session.request.prompt)
+        report = SessionProgress(session.tag, session.tokens, round(rate, 1), prompt, done=True)
         print(report.encode(), flush=True)
 
 

@@ -5,12 +5,18 @@ runs, in one thread. That thread loops over mlx-lm's BatchGenerator: between two
 new sessions, removes cancelled ones (their KV cache goes with them), and hands each session's new
 text to the event loop without ever waiting for it. `mx.eval` releases the GIL, so the event loop
 keeps serving while a step computes.
+
+The event loop never waits on a tokenizer either: chat templates are rendered and prompts encoded
+in one tokenizer thread of their own, and the generation thread decodes with a private copy of
+the tokenizer, so the two never share one (fast tokenizers raise "Already borrowed" when two
+threads use one at once) and no lock is ever taken on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import math
 import queue
@@ -37,8 +43,6 @@ from .textstream import TextStream
 __all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "EngineStopped"]
 
 logger = logging.getLogger("mlxhost.engine")
-
-INLINE_ENCODE_CHARS = 2048
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,19 @@ class Engine:
         self.options = options
         self.context_length: int | None = None
         self.load_seconds = 0.0
-        self._tokenizer: Any = None
-        # Hugging Face fast tokenizers raise "Already borrowed" when two threads use one at once.
-        self._tokenizer_lock = threading.Lock()
+        self.vocab_size = 0
+        # The most characters one token stands for: a prompt of n characters is at least
+        # n / max_token_chars tokens, which rejects an oversized prompt before encoding it.
+        self.max_token_chars: int | None = None
+        self._tokenizer: Any = None  # the tokenizer thread's: chat templates and encoding
+        self._decoder: Any = None  # the generation thread's: detokenizing and logprobs
+        # One encode at a time, off the event loop (see encode_chat).
+        self._encode_limiter = anyio.CapacityLimiter(1)
+        # Only when the tokenizer cannot be copied do the two threads share it, under this lock.
+        self._shared_lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+        # When the generation thread began the work it is in now (None: waiting for work); the
+        # health check reads it to tell a hung thread from a busy one.
+        self._busy_since: float | None = None
         self._incoming: queue.SimpleQueue[GenerationSession] = queue.SimpleQueue()
         self._waiting = 0
         self._wake = threading.Event()
@@ -172,31 +186,30 @@ class Engine:
 
     async def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         def encode() -> list[int]:
-            with self._tokenizer_lock:
+            with self._shared_lock:
                 ids = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)
             return list(ids)
 
-        return await self._run_encode(encode, sum(len(m["content"]) for m in messages))
+        return await self._run_encode(encode)
 
     async def encode(self, text: str) -> list[int]:
         def encode() -> list[int]:
-            with self._tokenizer_lock:
+            with self._shared_lock:
                 return list(self._tokenizer.encode(text))
 
-        return await self._run_encode(encode, len(text))
+        return await self._run_encode(encode)
 
-    async def _run_encode(self, encode: Callable[[], list[int]], chars: int) -> list[int]:
-        # A short prompt tokenizes in tens of microseconds, less than the hop to a worker thread
-        # and back costs (about half a millisecond, all of it before the first token); only a
-        # long one is worth keeping off the event loop. The lock is only ever held for one
-        # encode or one token's logprob decode, so waiting for it on the loop is as short.
-        if chars <= INLINE_ENCODE_CHARS:
-            return encode()
-        return await anyio.to_thread.run_sync(encode)
+    async def _run_encode(self, encode: Callable[[], list[int]]) -> list[int]:
+        # Always in the tokenizer thread, however short the prompt: how long a template takes
+        # to render depends on more than its characters (100,000 empty messages took seconds),
+        # and the hop costs well under a millisecond. One at a time: the tokenizer is not safe
+        # to share between threads, and a long encode must not hold a thread per request.
+        return await anyio.to_thread.run_sync(encode, limiter=self._encode_limiter)
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self._tokenizer)
+    def busy_seconds(self) -> float:
+        """How long the generation thread has been inside its current step (0: waiting for work)."""
+        since = self._busy_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def submit(self, request: GenerationRequest, tag: str | None = None) -> GenerationSession:
         if self._stopping:
@@ -286,6 +299,9 @@ class Engine:
     def _thread_main(self, started: Callable[[], object]) -> None:
         began = time.perf_counter()
         model, self._tokenizer = mlx_lm.load(str(self.model_path))[:2]
+        self._decoder = self._private_decoder()
+        self.vocab_size = len(self._tokenizer)
+        self.max_token_chars = _longest_token(self._tokenizer)
         self.context_length = _context_length(model)
         self.load_seconds = time.perf_counter() - began
         generator = self._new_generator(model)
@@ -293,12 +309,14 @@ class Engine:
         try:
             while True:
                 self._wake.clear()
+                self._busy_since = time.monotonic()
                 try:
                     self._take_incoming(generator)
                     self._remove_cancelled(generator)
                     if not self._rows:
                         if self._stopping and self._incoming.empty():
                             return
+                        self._busy_since = None
                         self._wake.wait()
                         continue
                     self._step(generator)
@@ -310,13 +328,22 @@ class Engine:
                     self._fail_all(generator, f"generation failed: {type(exc).__name__}")
                     raise EngineFailed(f"generation failed: {type(exc).__name__}: {exc}") from exc
         finally:
+            self._busy_since = None
             generator.close()
             mx.synchronize()  # no computation may outlive the thread that owns its stream
+
+    def _private_decoder(self) -> Any:
+        try:
+            return copy.deepcopy(self._tokenizer)
+        except Exception as exc:  # a tokenizer class that cannot be copied: share it, locked
+            logger.warning("the tokenizer cannot be copied (%s); sharing it under a lock", exc)
+            self._shared_lock = threading.Lock()
+            return self._tokenizer
 
     def _new_generator(self, model: Any) -> Any:
         return BatchGenerator(
             model,
-            stop_tokens=[[t] for t in self._tokenizer.eos_token_ids],
+            stop_tokens=[[t] for t in self._decoder.eos_token_ids],
             completion_batch_size=self.options.max_batch,
             prefill_batch_size=self.options.prefill_batch,
             prefill_step_size=self.options.prefill_step,
@@ -342,7 +369,8 @@ class Engine:
                 admitted.append(session)
         if admitted:
             samplers = self._sampler_cache
-            starts = [self._prompt_cache.take(s.request.prompt) for s in admitted]
+            prompt_cache = self._prompt_cache
+            starts = [prompt_cache.take(s.request.prompt, s.request.cache_namespace) for s in admitted]
             cached = [len(s.request.prompt) - len(rest) for s, (_, rest) in zip(admitted, starts, strict=True)]
             uids = generator.insert(
                 [rest for _, rest in starts],
@@ -353,7 +381,7 @@ class Engine:
                 logits_processors=[logits_processors_for(s.request.sampling) for s in admitted],
             )
             for uid, session, hit in zip(uids, admitted, cached, strict=True):
-                detokenizer = self._tokenizer.detokenizer
+                detokenizer = self._decoder.detokenizer
                 text = TextStream(detokenizer, session.request.stop)
                 self._rows[uid] = _Row(session, uid, text, cached=hit)
                 self._counters.prompt_tokens += len(session.request.prompt)
@@ -382,7 +410,7 @@ class Engine:
             return  # a prefill chunk
         counters.largest_batch = max(counters.largest_batch, len(responses))
         counters.generated_tokens += len(responses)
-        eos = self._tokenizer.eos_token_ids
+        eos = self._decoder.eos_token_ids
         outputs: list[tuple[GenerationSession, Delta]] = []
         stopped: list[int] = []
         urgent = False  # a first token (TTFT) or an ending goes out with this step
@@ -411,7 +439,9 @@ class Engine:
                 del self._rows[row.uid]
                 counters.completed += 1
                 if response.prompt_cache is not None:  # it ended inside the generator: KV intact
-                    self._prompt_cache.keep(response.all_tokens, response.prompt_cache)
+                    self._prompt_cache.keep(
+                        response.all_tokens, response.prompt_cache, row.session.request.cache_namespace
+                    )
         if stopped:
             generator.remove(stopped)
         now = time.monotonic()
@@ -423,13 +453,14 @@ class Engine:
     def _logprob(self, response: Any, top: int) -> TokenLogprob:
         logprobs = response.logprobs
         alternatives: tuple[tuple[str, float], ...] = ()
-        with self._tokenizer_lock:
+        decoder = self._decoder
+        with self._shared_lock:
             if top > 0:
                 ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
                 values = logprobs[ids].tolist()
                 pairs = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])  # type: ignore[arg-type]
-                alternatives = tuple((self._tokenizer.decode([i]), v) for i, v in pairs)
-            token = self._tokenizer.decode([response.token])
+                alternatives = tuple((decoder.decode([i]), v) for i, v in pairs)
+            token = decoder.decode([response.token])
         alternatives = tuple((t, _finite(v)) for t, v in alternatives)
         return TokenLogprob(token, _finite(logprobs[response.token].item()), alternatives)
 
@@ -478,6 +509,15 @@ def _cancelled(session: GenerationSession, tokens: int) -> Delta:
 def _finite(logprob: float) -> float:
     # JSON has no -Infinity (nor NaN); OpenAI reports a token that cannot occur as -9999.0.
     return logprob if math.isfinite(logprob) else -9999.0
+
+
+def _longest_token(tokenizer: Any) -> int | None:
+    # Each vocabulary entry is written as the characters (byte-level BPE: the bytes) it matches,
+    # so no token covers more characters of a prompt than the longest entry has.
+    try:
+        return max(map(len, tokenizer.get_vocab()), default=0) or None
+    except Exception:  # a tokenizer without a readable vocabulary: no bound, encode to know
+        return None
 
 
 def _context_length(model: Any) -> int | None:

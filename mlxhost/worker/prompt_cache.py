@@ -6,6 +6,10 @@ its tokens; a later prompt that shares a prefix with one starts from a copy of i
 the rest. mlx-lm's `LRUPromptCache` (the one mlx_lm.server uses) does the keeping: a token trie,
 least recently used first out, bounded by entries and bytes.
 
+Entries are kept apart by namespace (the caller's scope and its `cache_salt`): a request starts
+only from entries of its own namespace, so `cached_tokens` never tells one caller anything about
+another's prompts. The namespace is the key LRUPromptCache files its trie under.
+
 Runs in the generation thread only: the states are MLX arrays of that thread's stream.
 """
 
@@ -16,9 +20,9 @@ from typing import Any
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
-__all__ = ["PromptCache", "PromptCacheStatistics"]
+__all__ = ["Namespace", "PromptCache", "PromptCacheStatistics"]
 
-_MODEL = "model"  # one engine serves one model; the trie is keyed by model too
+Namespace = tuple[str, str]  # (the caller's cache scope, its cache_salt); ("", ""): shared
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class PromptCache:
         self._hits = 0
         self._cached_tokens = 0
 
-    def take(self, prompt: list[int]) -> tuple[list[Any] | None, list[int]]:
+    def take(self, prompt: list[int], namespace: Namespace = ("", "")) -> tuple[list[Any] | None, list[int]]:
         """A KV cache to start `prompt` from (None: from scratch) and the tokens left to prefill.
 
         At least one token is always left: its logits give the first generated token.
@@ -46,7 +50,7 @@ class PromptCache:
         if not self.enabled:
             return None, prompt
         self._lookups += 1
-        cache, rest = self._lru.fetch_nearest_cache(_MODEL, prompt)
+        cache, rest = self._lru.fetch_nearest_cache(namespace, prompt)
         if cache is None:
             return None, prompt
         if not rest:  # an exact hit: step back one token to compute from
@@ -58,10 +62,20 @@ class PromptCache:
         self._cached_tokens += len(prompt) - len(rest)
         return cache, list(rest)
 
-    def keep(self, tokens: list[int], cache: list[Any]) -> None:
+    def keep(self, tokens: list[int], cache: list[Any], namespace: Namespace = ("", "")) -> None:
         """Keep the KV cache of a finished generation, whose KV holds exactly `tokens`."""
         if self.enabled and tokens:
-            self._lru.insert_cache(_MODEL, list(tokens), cache)
+            self._lru.insert_cache(namespace, list(tokens), cache)
+            self._drop_empty_namespaces()
+
+    def _drop_empty_namespaces(self) -> None:
+        # LRUPromptCache keeps a namespace's trie root after its last entry is evicted: without
+        # this, every cache_salt a client ever sent would stay in memory. Roots number at most
+        # one more than the entries, so the sweep is short.
+        roots: dict[Any, dict[Any, Any]] | None = getattr(getattr(self._lru, "_trie", None), "_trie", None)
+        if roots is not None:
+            for namespace in [n for n, node in roots.items() if not node]:
+                del roots[namespace]
 
     def statistics(self) -> PromptCacheStatistics:
         return PromptCacheStatistics(

@@ -50,7 +50,7 @@ async def serve_model(
     )
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id)
-        listener = Listener(binds)
+        listener = Listener(binds, max_connections=settings.max_connections)
         on_ready(engine, listener)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:

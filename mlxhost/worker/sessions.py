@@ -54,6 +54,9 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     # None: no logprobs; n >= 0: the chosen token's logprob plus the n most likely alternatives.
     logprobs: int | None = None
+    # Whose prompt-cache entries this request may start from and adds to: (the caller's scope,
+    # its cache_salt). A prefix cached under another namespace is never reused, nor counted.
+    cache_namespace: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True)
