@@ -11,6 +11,7 @@ import hashlib
 import json
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -373,8 +374,7 @@ def test_a_model_name_with_control_characters_comes_back_escaped(keyed: Server) 
 # -- prompt caches are per caller -------------------------------------------------------------
 
 
-def cached(server: Server, key: str, **extra: Any) -> int:
-    prompt = "a long enough prompt that the cache has something to keep " * 4
+def cached(server: Server, key: str, prompt: str, **extra: Any) -> int:
     with httpx.Client(base_url=server.url or "", timeout=60, headers={"x-api-key": key}) as http:
         response = http.post(CHAT, json=chat(prompt, max_tokens=2, temperature=0, **extra))
     assert response.status_code == 200, response.text
@@ -382,24 +382,31 @@ def cached(server: Server, key: str, **extra: Any) -> int:
 
 
 def test_one_caller_never_sees_another_callers_cached_prefix(keyed: Server) -> None:
-    cached(keyed, KEY)  # warms KEY's scope
-    assert cached(keyed, KEY) > 0  # the same caller reuses it
-    assert cached(keyed, FILE_KEYS[0]) == 0  # another key does not
-    assert cached(keyed, FILE_KEYS[0]) > 0
+    secret, other, another = (f"{word} {uuid.uuid4().hex} " * 4 for word in ("secret", "unrelated", "more"))
+    cached(keyed, KEY, secret)  # warms KEY's scope
+    reused = cached(keyed, KEY, secret)
+    assert reused > 20  # the same caller reuses nearly all of it
+    # What another caller shares with its own past requests: the chat template's first tokens.
+    cached(keyed, FILE_KEYS[0], other)
+    own = cached(keyed, FILE_KEYS[0], another)
+    assert own < 10
+    assert cached(keyed, FILE_KEYS[0], secret) == own  # and nothing of KEY's prompt
+    assert cached(keyed, FILE_KEYS[0], secret) == reused  # its own repeat is cached as usual
     # A salt splits one caller's scope further.
-    assert cached(keyed, KEY, cache_salt="tenant-a") == 0
-    assert cached(keyed, KEY, cache_salt="tenant-a") > 0
-    assert cached(keyed, KEY, cache_salt="tenant-b") == 0
+    assert cached(keyed, KEY, secret, cache_salt="tenant-a") == 0
+    assert cached(keyed, KEY, secret, cache_salt="tenant-a") == reused
+    assert cached(keyed, KEY, secret, cache_salt="tenant-b") == 0
 
 
 def test_a_client_cannot_name_its_own_cache_scope(keyed: Server) -> None:
-    cached(keyed, KEY, cache_salt="private")
+    prompt = f"private {uuid.uuid4().hex} " * 4
+    cached(keyed, KEY, prompt, cache_salt="private")
     with httpx.Client(base_url=keyed.url or "", timeout=60) as http:
         # Another key's holder who forges the internal header with KEY's scope gets nothing of it.
         forged = hashlib.sha256(KEY.encode()).hexdigest()
         response = http.post(
             CHAT,
-            json=chat("a long enough prompt that the cache has something to keep " * 4, max_tokens=2, cache_salt="private"),
+            json=chat(prompt, max_tokens=2, cache_salt="private"),
             headers={"x-api-key": FILE_KEYS[1], "x-mlxhost-cache-scope": forged},
         )
     assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
