@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import Server, start_server
+from conftest import Server, start_server, wait_until
 
 PROMPT = [{"role": "user", "content": "Go on forever"}]
 
@@ -20,14 +20,6 @@ PROMPT = [{"role": "user", "content": "Go on forever"}]
 def chat(max_tokens: int, stream: bool = False) -> dict[str, Any]:
     return {"messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": stream}
 
-
-def wait_until(predicate, timeout: float = 15.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the condition")
-        time.sleep(0.02)
-    return value
 
 
 def admission(server: Server) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from conftest import Server, start_server
+from conftest import Server, start_server, wait_until
 from mlxhost.demo import make_model
 from mlxhost.host.liveness import why_hung
 
@@ -24,16 +24,6 @@ FAULTY = f"{sys.executable} {Path(__file__).parent / 'workers' / 'faulty.py'}"
 LONG_CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 4000, "temperature": 0}
 SHORT_CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
-
-def wait_until(predicate, timeout: float = 15.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the condition")
-        time.sleep(interval)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server, start_server
+from conftest import Server, start_server, wait_until
 from mlxhost.protocol import ADMIN_TOKEN_FILE, READY_PREFIX, LaunchRecord
 
 WEDGED = f"{sys.executable} {Path(__file__).parent / 'workers' / 'wedged.py'}"
@@ -33,16 +33,6 @@ LONG = {
 # on the worker's event loop for about 4 s.
 EMPTY_MESSAGES = json.dumps({"messages": [{"role": "user", "content": ""}] * 100_000}).encode()
 
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the condition")
-        time.sleep(interval)
 
 
 class Reader:
