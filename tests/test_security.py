@@ -345,6 +345,7 @@ def test_a_megabyte_field_name_is_quoted_short_and_not_kept(tiny_model: Path) ->
                 assert not any(b < 0x20 for b in response.content)
                 assert "unsupported parameter" in error_of(response)["message"]
             grown = parent_rss(server) - before
+            print(f"\nparent RSS after 100 one-megabyte field names: {grown / (1 << 20):+.1f} MiB")
             assert grown < 10 << 20, f"the parent grew by {grown >> 20} MiB"
             state = http.get("/admin/state")
             assert len(state.content) < 1 << 20
