@@ -411,3 +411,11 @@ def test_a_client_cannot_name_its_own_cache_scope(keyed: Server) -> None:
             headers={"x-api-key": FILE_KEYS[1], "x-mlxhost-cache-scope": forged},
         )
     assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_admin_paths_quote_ids_short_and_inert(keyed: Server) -> None:
+    with keyed.http() as http:
+        for path in ("/admin/sessions/%1b]0;x%07" + "s" * 3000 + "/cancel", "/admin/workers/%1b[2J" + "w" * 3000 + "/restart"):
+            response = http.post(path)
+            assert response.status_code == 404, response.text
+            assert len(response.content) < 1024 and not any(b < 0x20 for b in response.content)

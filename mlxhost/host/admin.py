@@ -145,7 +145,7 @@ async def cancel_session(request: Request) -> Response:
     session = _host(request).sessions.get(request.path_params["session"])
     if session is None or not session.cancel(CancelReason.REQUESTED):
         raise NotFound(
-            f"no live session '{request.path_params['session']}'", param="session", code="session_not_found"
+            f"no live session '{excerpt(request.path_params['session'])}'", param="session", code="session_not_found"
         )
     return JSONResponse({"session": session.snapshot()}, status_code=202)
 
@@ -156,7 +156,7 @@ async def restart_worker(request: Request) -> Response:
     name = request.path_params["worker"]
     spec = next((s for s in host.pool.specs if name in s.names), None)
     if spec is None:
-        raise NotFound(f"no worker '{name}'", param="worker", code="worker_not_found")
+        raise NotFound(f"no worker '{excerpt(name)}'", param="worker", code="worker_not_found")
     drain = request.query_params.get("drain", "true").lower() not in ("false", "0", "no")
     with anyio.fail_after(host.settings.drain_timeout + host.settings.load_timeout):
         if drain:
