@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["EXCERPT_CHARS", "MESSAGE_CHARS", "escape_controls", "excerpt"]
+__all__ = ["CONTROLS", "EXCERPT_CHARS", "MESSAGE_CHARS", "escape_controls", "excerpt"]
 
 EXCERPT_CHARS = 64  # a quoted name or value inside a message
 MESSAGE_CHARS = 512  # a whole message kept in an outcome or an event
 
 # C0 (with DEL) and C1 controls, plus the Unicode line and paragraph separators and the
 # bidirectional overrides that can make a terminal line read differently than it is.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -27,7 +27,7 @@ def _escape(match: re.Match[str]) -> str:
 
 def escape_controls(text: str) -> str:
     """`text` with every control character written out as an escape (`\\x1b`), nothing dropped."""
-    return _CONTROLS.sub(_escape, text)
+    return CONTROLS.sub(_escape, text)
 
 
 def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:

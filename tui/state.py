@@ -8,13 +8,13 @@ times come from its `at` (so events replayed after a reconnect keep their own ti
 from __future__ import annotations
 
 import collections
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mlxhost.human import duration, size
+from mlxhost.inert import CONTROLS  # the same characters the host escapes: none reach the terminal
 
 __all__ = [
     "LINGER_S",
@@ -42,9 +42,6 @@ QUIET_EVENTS = frozenset({"session.progress", "worker.memory"})
 
 Event = dict[str, Any]
 
-# C0 (with DEL) and C1 controls, the Unicode line and paragraph separators, and the bidirectional
-# overrides: none of them may reach the terminal, whatever a host (or its clients) put in a name.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def strip_controls(value: Any) -> Any:
@@ -55,7 +52,7 @@ def strip_controls(value: Any) -> Any:
     """
     if isinstance(value, str):
         # `isprintable` is false for every character the pattern matches: most strings pass as is.
-        return value if value.isprintable() else _CONTROLS.sub("", value)
+        return value if value.isprintable() else CONTROLS.sub("", value)
     if isinstance(value, dict):
         return {strip_controls(k): strip_controls(v) for k, v in value.items()}
     if isinstance(value, list):
