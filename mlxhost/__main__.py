@@ -1,3 +1,3 @@
-from .cli import main
+from mlxhost.cli import main
 
 main()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from .config import ConfigError, Settings, load_settings
+from mlxhost.config import ConfigError, Settings, load_settings
 
 __all__ = ["main"]
 
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = vars(_parser().parse_args(argv))
     command = args.pop("command")
     if command == "status":
-        from .status import run_status
+        from mlxhost.client.status import run_status
 
         sys.exit(run_status(args["url"], args["unix"], args["token"], args["json"]))
     if command == "tui":
@@ -75,23 +75,37 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _serve(settings: Settings) -> None:
     import anyio
 
-    from .server import StartupError, serve
-    from .worker.model_source import ModelNotFound
+    from mlxhost.errors import StartupError
 
     try:
         anyio.run(serve, settings, backend="asyncio")
         if settings.in_process:  # this process loaded MLX: see exit_now
-            from .shutdown import exit_now
+            from mlxhost.runtime.shutdown import exit_now
 
             exit_now(0)
-    except* (StartupError, ModelNotFound) as group:
+    except* StartupError as group:
         sys.exit(f"mlxhost: {group.exceptions[0]}")
 
 
-def _tui(url: str | None, unix: str | None, token: str | None) -> None:
-    from mlxhost_tui.app import make_app
+async def serve(settings: Settings) -> None:
+    """`mlxhost serve`: the parent by default; the serving core in this process with --in-process.
 
-    from .admin_client import HostNotFound, find_target
+    Only the --in-process path imports MLX: in the default mode the parent never loads it.
+    """
+    if settings.in_process:
+        from mlxhost.worker.in_process import serve_in_process
+
+        await serve_in_process(settings)
+    else:
+        from mlxhost.host.serve import serve_host
+
+        await serve_host(settings)
+    logging.getLogger("mlxhost").info("stopped")
+
+
+def _tui(url: str | None, unix: str | None, token: str | None) -> None:
+    from mlxhost.client.admin import HostNotFound, find_target
+    from mlxhost_tui.app import make_app
 
     try:
         target = find_target(url, unix, token)

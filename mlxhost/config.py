@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "ModelSpec", "Settings", "load_settings", "settings_from_options"]
+__all__ = ["ConfigError", "ModelSpec", "Settings", "binds", "load_settings", "settings_from_options"]
 
 ENV_PREFIX = "MLXHOST_"
 DEFAULT_CONFIG_FILE = Path("config/mlxhost.toml")
@@ -383,3 +383,11 @@ def load_settings(
             settings, model=(dataclasses.replace(settings.model[0], id=settings.model_id),)
         )
     return settings
+
+
+def binds(settings: Settings) -> list[str]:
+    """The addresses `serve` listens on, as Hypercorn spells them."""
+    addresses = [] if settings.no_tcp else [f"{settings.host}:{settings.port}"]
+    if settings.unix:
+        addresses.append(f"unix:{settings.unix}")
+    return addresses

@@ -115,7 +115,7 @@ Then, with the servers idle (mlx_lm.server is stopped after the memory readings)
              admitted_vs_unloaded (median overloaded tok/s / median unloaded) >= 0.95.
   events     the admin event stream (GET /admin/events, SSE), isolated server, after the cancel
              runs and before the kills. Latency: a subscriber through
-             mlxhost.admin_client.AdminClient (what `mlxhost tui` reads), live before the first
+             mlxhost.client.admin.AdminClient (what `mlxhost tui` reads), live before the first
              request (it resumes, Last-Event-ID, just before the last published event, and waits
              for it); then 20 non-streaming requests of max_tokens 8, one after the other (one
              more first, not counted). For each session (x-mlxhost-session): session.opened from
@@ -201,7 +201,7 @@ except ImportError:
     # Run straight from a checkout, without the package installed.
     sys.path.insert(0, str(REPO_ROOT))
     from mlxhost import demo
-from mlxhost.admin_client import AdminClient, Target
+from mlxhost.client.admin import AdminClient, Target
 from mlxhost.host.events import SUBSCRIBER_BUFFER, EventHub
 
 READY = re.compile(r"mlxhost ready: .* on (http://[\d.]+:\d+)")
@@ -939,7 +939,7 @@ def worker_import_s(runs: int = 3) -> float:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     code = (
         "import mlxhost.worker.__main__, mlxhost.worker.engine, mlxhost.worker.serve, "
-        "mlxhost.api.app"
+        "mlxhost.worker.app"
     )
     times = []
     for _ in range(runs):

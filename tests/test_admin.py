@@ -14,9 +14,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-
 from conftest import ADMIN_TOKEN, Server, start_server
-from mlxhost.admin_client import AdminClient, Target
+
+from mlxhost.client.admin import AdminClient, Target
 from mlxhost.host.events import EventHub
 
 CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "temperature": 0}
@@ -264,7 +264,7 @@ def test_status_ignores_proxies_for_a_local_host(host: Server) -> None:
 
 
 def test_status_escapes_control_characters_from_the_host() -> None:
-    from mlxhost.status import render
+    from mlxhost.client.status import render
 
     evil = "\x1b]0;pwned\x07\x1b[2J"
     worker = {

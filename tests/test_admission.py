@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import Server, start_server, wait_until
 
 PROMPT = [{"role": "user", "content": "Go on forever"}]

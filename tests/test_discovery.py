@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxhost.host import discovery
-from mlxhost.host.discovery import announce, discovery_file, find_host, withdraw
+from mlxhost.client import discovery
+from mlxhost.client.discovery import announce, discovery_file, find_host, withdraw
 
 TOKEN = "0123abcd"
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mlxhost.wire.chunks import Delta
 from mlxhost.worker.engine import Engine, EngineOptions
-from mlxhost.worker.sessions import Delta, GenerationRequest, SamplingParams
+from mlxhost.worker.generation import GenerationRequest, SamplingParams
 
 
 @pytest.fixture

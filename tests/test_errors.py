@@ -8,7 +8,6 @@ import urllib.parse
 import httpx
 import openai
 import pytest
-
 from conftest import Server
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 
 from mlxhost.host.admin import admin_routes
 from mlxhost.host.events import EventHub
-from mlxhost.inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 
 FIELD_CHARS = MESSAGE_CHARS + 64  # what a string field keeps: a message excerpt made upstream, whole
 CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")

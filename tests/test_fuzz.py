@@ -25,12 +25,11 @@ import httpx
 import pytest
 import requests
 import schemathesis
+from conftest import Server, start_server
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
-
-from conftest import Server, start_server
 
 MAX_BODY = 4 * 1024 * 1024
 # Generation stays cheap: at most 8 tokens, 4 unless asked; more is a fast 400.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mlxhost.api.guard import _check_json, _split_host, is_loopback
-from mlxhost.api.errors import UnsupportedMediaType
-from mlxhost.inert import escape_controls, excerpt
+from mlxhost.runtime.guard import _check_json, _split_host, is_loopback
+from mlxhost.wire.errors import UnsupportedMediaType
+from mlxhost.wire.inert import escape_controls, excerpt
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 import openai
-
 from conftest import Server, start_server
-from mlxhost.api.guard import CACHE_SCOPE_HEADER
+
+from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 
 
 def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int = 16) -> tuple[str, int, int]:

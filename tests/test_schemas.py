@@ -6,7 +6,7 @@ import typing
 
 from pydantic import BaseModel
 
-from mlxhost.api import schemas
+from mlxhost.wire import openai as schemas
 
 
 def _inner(annotation: object) -> list[object]:

@@ -20,7 +20,6 @@ import httpx
 import openai
 import psutil
 import pytest
-
 from conftest import ADMIN_TOKEN, Server, start_server
 
 CHAT = "/v1/chat/completions"

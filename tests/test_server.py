@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import Server, start_server
 
 PROMPT = [{"role": "user", "content": "Hello"}]

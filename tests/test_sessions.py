@@ -13,12 +13,12 @@ from typing import Any
 
 import anyio
 import pytest
-
 from conftest import Server, start_server
+
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.pool import ModelPool, UnknownModel
 from mlxhost.host.sessions import RECENT_KEPT, Outcome, SessionRegistry
-from mlxhost.inert import EXCERPT_CHARS, MESSAGE_CHARS
+from mlxhost.wire.inert import EXCERPT_CHARS, MESSAGE_CHARS
 
 HUGE = "\x1b]0;pwned\x07\x1b[2J" + "k" * 1_000_000
 SLACK = 40  # what an excerpt adds: "… (N characters in all)"

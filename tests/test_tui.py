@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mlxhost_tui.state
 import pytest
 from conftest import Server, start_server
 from rich.console import Console
+from textual.pilot import Pilot
+
+import mlxhost_tui.state
+from mlxhost.client.admin import Target
 from mlxhost_tui.app import ConsoleApp, make_app
 from mlxhost_tui.screens import ConfirmScreen, HelpScreen
 from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
-from textual.pilot import Pilot
-
-from mlxhost.admin_client import Target
 
 CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "temperature": 0, "stream": True}
 SIZE = (100, 30)

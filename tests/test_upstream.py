@@ -14,7 +14,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from mlxhost.host.upstream import UpstreamBroken, UpstreamConnectError, WorkerClient
-from mlxhost.http import Listener, serve_in
+from mlxhost.runtime.listener import Listener, serve_in
 
 
 @pytest.fixture

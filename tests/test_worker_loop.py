@@ -17,9 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import Server, start_server, wait_until
-from mlxhost.protocol import ADMIN_TOKEN_FILE, READY_PREFIX, LaunchRecord
+
+from mlxhost.wire.launch import WORKER_READY, LaunchRecord
+from mlxhost.wire.layout import ADMIN_TOKEN_FILE
 
 WEDGED = f"{sys.executable} {Path(__file__).parent / 'workers' / 'wedged.py'}"
 JSON = {"content-type": "application/json"}
@@ -180,7 +181,7 @@ def test_a_worker_whose_parent_goes_during_load_exits_at_once(tiny_model: Path, 
     # The launch record, then end of file: the parent is gone before the model could load.
     out, err = worker.communicate(record.encode(), timeout=60)
     assert worker.returncode == 0, err
-    assert READY_PREFIX not in out.decode()  # it never offered to serve
+    assert WORKER_READY not in out.decode()  # it never offered to serve
     assert b"parent gone" in err
     assert not (tmp_path / "w1.sock").exists()
     assert (tmp_path / ADMIN_TOKEN_FILE).read_text() == "the parent's"

@@ -21,11 +21,10 @@ from textual import work
 from textual.app import App
 from textual.screen import Screen
 
-from mlxhost.admin_client import AdminClient, Target
+from mlxhost.client.admin import AdminClient, Target
 from mlxhost.host.events import END_HOST_STOPPING, END_LAGGED
-
-from .screens import MainScreen
-from .state import host_identity
+from mlxhost_tui.screens import MainScreen
+from mlxhost_tui.state import host_identity
 
 __all__ = ["ConsoleApp", "make_app"]
 

@@ -13,18 +13,11 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from .state import HostInfo, host_identity, strip_controls
-from .widgets import (
-    AdmissionPanel,
-    EventLog,
-    FilterInput,
-    SessionsTable,
-    StatusBar,
-    WorkersTable,
-)
+from mlxhost_tui.state import HostInfo, host_identity, strip_controls
+from mlxhost_tui.widgets import AdmissionPanel, EventLog, FilterInput, SessionsTable, StatusBar, WorkersTable
 
 if TYPE_CHECKING:
-    from .app import ConsoleApp
+    from mlxhost_tui.app import ConsoleApp
 
 __all__ = ["ConfirmScreen", "HelpScreen", "MainScreen"]
 

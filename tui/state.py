@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlxhost.human import duration, size
-from mlxhost.inert import CONTROLS  # the same characters the host escapes: none reach the terminal
+from mlxhost.client.human import duration, size
+from mlxhost.wire.inert import CONTROLS  # the same characters the host escapes: none reach the terminal
 
 __all__ = [
     "LINGER_S",

@@ -13,7 +13,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, RichLog, Static
 
-from .state import (
+from mlxhost_tui.state import (
     QUIET_EVENTS,
     Gauge,
     HostInfo,

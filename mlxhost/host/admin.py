@@ -18,12 +18,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message, Send
 
-from ..api.errors import InvalidRequest, NotFound
-from ..config import ModelSpec
-from ..inert import excerpt
-from .events import END_HOST_STOPPING, END_LAGGED, Published, end_frame
-from .pool import ModelPool
-from .sessions import CancelReason
+from mlxhost.config import ModelSpec
+from mlxhost.host.events import END_HOST_STOPPING, END_LAGGED, Published, end_frame
+from mlxhost.host.pool import ModelPool
+from mlxhost.host.sessions import CancelReason
+from mlxhost.wire.errors import InvalidRequest, NotFound
+from mlxhost.wire.inert import excerpt
 
 __all__ = ["admin_routes", "host_state"]
 
@@ -33,7 +33,7 @@ MAX_SEQ_DIGITS = 20  # an event number fits in 64 bits
 
 
 def _host(request: Request) -> Any:
-    # The admin token was checked at the front door (mlxhost/api/guard.py), like every credential.
+    # The admin token was checked at the front door (mlxhost/runtime/guard.py), like every credential.
     return request.app.state.host
 
 

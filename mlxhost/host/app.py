@@ -15,20 +15,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..api.body import read_body
-from ..api.errors import EXCEPTION_HANDLERS, NotFound, ServiceUnavailable
-from ..api.guard import front_door
-from ..api.openapi import openapi_document
-from ..config import ModelSpec, Settings
-from ..inert import excerpt
-from .admin import admin_routes, host_state
-from .admission import Admission
-from .events import EventHub
-from .metrics import CONTENT_TYPE, HostMetrics
-from .pool import ModelPool, UnknownModel
-from .relay import SessionResponse, refusal
-from .sessions import SessionRegistry
-from .worker_status import WorkerState
+from mlxhost.config import ModelSpec, Settings
+from mlxhost.host.admin import admin_routes, host_state
+from mlxhost.host.admission import Admission
+from mlxhost.host.events import EventHub
+from mlxhost.host.metrics import CONTENT_TYPE, HostMetrics
+from mlxhost.host.pool import ModelPool, UnknownModel
+from mlxhost.host.relay import SessionResponse, refusal
+from mlxhost.host.sessions import SessionRegistry
+from mlxhost.host.worker_status import WorkerState
+from mlxhost.runtime.body import read_body
+from mlxhost.runtime.guard import front_door
+from mlxhost.runtime.responses import EXCEPTION_HANDLERS
+from mlxhost.wire.errors import NotFound, ServiceUnavailable
+from mlxhost.wire.inert import excerpt
+from mlxhost.wire.openapi import openapi_document
 
 __all__ = ["Host", "create_host_app"]
 

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 
 __all__ = ["END_HOST_STOPPING", "END_LAGGED", "Event", "EventHub", "Published", "Subscription", "end_frame"]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from ..config import ModelSpec, Settings
-from ..inert import excerpt
-from ..protocol import PROTOCOL_VERSION, LaunchRecord, ReadyLine
+from mlxhost.config import ModelSpec, Settings
+from mlxhost.wire.inert import excerpt
+from mlxhost.wire.launch import PROTOCOL_VERSION, LaunchRecord, ReadyLine
 
 __all__ = ["MAX_LINE", "WORKER_OPTIONS", "launch_record", "lines", "refusal", "worker_command"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import httpx
 
-from ..inert import excerpt
+from mlxhost.wire.inert import excerpt
 
 __all__ = ["wait_hung", "why_hung"]
 

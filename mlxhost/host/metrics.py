@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .sessions import Session
+from mlxhost.host.sessions import Session
 
 __all__ = ["CONTENT_TYPE", "HostMetrics"]
 

@@ -26,12 +26,12 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..config import ModelSpec, Settings
-from ..inert import excerpt
-from ..protocol import SessionProgress
-from .events import EventHub
-from .supervisor import Supervisor
-from .worker_status import WorkerState, WorkerUnavailable
+from mlxhost.config import ModelSpec, Settings
+from mlxhost.host.events import EventHub
+from mlxhost.host.supervisor import Supervisor
+from mlxhost.host.worker_status import WorkerState, WorkerUnavailable
+from mlxhost.wire.inert import excerpt
+from mlxhost.wire.launch import SessionProgress
 
 __all__ = ["ModelPool", "UnknownModel"]
 

@@ -25,7 +25,15 @@ import anyio
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from ..api.errors import (
+from mlxhost.config import ModelSpec
+from mlxhost.host.admission import Admission, QueueFull
+from mlxhost.host.events import EventHub
+from mlxhost.host.pool import ModelPool
+from mlxhost.host.sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
+from mlxhost.host.supervisor import Supervisor
+from mlxhost.host.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
+from mlxhost.host.worker_status import WorkerUnavailable
+from mlxhost.wire.errors import (
     AdmissionRefused,
     APIError,
     Cancelled,
@@ -33,14 +41,7 @@ from ..api.errors import (
     TimedOut,
     WorkerFailed,
 )
-from ..config import ModelSpec
-from .admission import Admission, QueueFull
-from .events import EventHub
-from .pool import ModelPool
-from .sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
-from .supervisor import Supervisor
-from .upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
-from .worker_status import WorkerUnavailable
+from mlxhost.wire.headers import SESSION_HEADER
 
 __all__ = ["SessionResponse", "refusal"]
 
@@ -62,7 +63,6 @@ HOP_BY_HOP = frozenset(
         "server",
     }
 )
-SESSION_HEADER = "x-mlxhost-session"
 EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
 DROP_WAIT = 2.0  # how long a session waits for its worker to say it dropped the sequence
 GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything

@@ -14,16 +14,18 @@ from pathlib import Path
 
 import anyio
 
-from ..api.guard import api_keys, warn_if_exposed
-from ..config import ConfigError, Settings
-from ..http import BindError, Listener, serve_in
-from ..protocol import ADMIN_TOKEN_FILE
-from ..shutdown import Shutdown
-from .app import Host, create_host_app
-from .discovery import announce, withdraw
-from .events import EventHub
-from .pool import ModelPool
-from .sessions import CancelReason, SessionRegistry
+from mlxhost.client.discovery import announce, withdraw
+from mlxhost.config import ConfigError, Settings, binds
+from mlxhost.errors import StartupError
+from mlxhost.host.app import Host, create_host_app
+from mlxhost.host.events import EventHub
+from mlxhost.host.pool import ModelPool
+from mlxhost.host.sessions import CancelReason, SessionRegistry
+from mlxhost.models import model_specs, resolve_model
+from mlxhost.runtime.guard import api_keys, warn_if_exposed
+from mlxhost.runtime.listener import BindError, Listener, serve_in
+from mlxhost.runtime.shutdown import Shutdown
+from mlxhost.wire.layout import ADMIN_TOKEN_FILE, HOST_READY
 
 __all__ = ["make_runtime_dir", "serve_host"]
 
@@ -50,19 +52,13 @@ def make_runtime_dir(settings: Settings) -> Path:
 
 
 async def serve_host(settings: Settings) -> None:
-    from ..server import READY_PREFIX, StartupError, binds, model_specs
-    from ..worker.model_source import ModelNotFound, resolve_model
-
     try:
         keys = api_keys(settings)
     except ConfigError as exc:
         raise StartupError(str(exc)) from None
     warn_if_exposed(settings, keys)
     specs = model_specs(settings)
-    try:
-        paths = {spec.id: resolve_model(spec.path) for spec in specs}
-    except ModelNotFound as exc:
-        raise StartupError(str(exc)) from None
+    paths = {spec.id: resolve_model(spec.path) for spec in specs}
     try:
         listener = Listener(binds(settings), max_connections=settings.max_connections)
     except BindError as exc:
@@ -89,7 +85,7 @@ async def serve_host(settings: Settings) -> None:
                 announce(url, settings.unix, token_file)
                 logger.info(
                     "%s %s on %s",
-                    READY_PREFIX,
+                    HOST_READY,
                     ", ".join(s.id for s in specs),
                     " and ".join(listener.addresses),
                 )

@@ -27,9 +27,9 @@ from typing import Any
 
 import anyio
 
-from ..inert import MESSAGE_CHARS, excerpt
-from ..protocol import SessionProgress
-from .events import EventHub
+from mlxhost.host.events import EventHub
+from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.launch import SessionProgress
 
 __all__ = ["CancelReason", "Outcome", "Session", "SessionRegistry", "SessionState"]
 

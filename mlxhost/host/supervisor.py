@@ -30,14 +30,14 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..config import ModelSpec, Settings
-from ..inert import MESSAGE_CHARS, excerpt
-from ..protocol import EXIT_BAD_LAUNCH, MemoryReading, ReadyLine, SessionProgress, parse_line
-from .events import EventHub
-from .launch import launch_record, lines, refusal, worker_command
-from .liveness import wait_hung
-from .upstream import WorkerClient
-from .worker_status import WorkerExit, WorkerState, WorkerUnavailable
+from mlxhost.config import ModelSpec, Settings
+from mlxhost.host.events import EventHub
+from mlxhost.host.launch import launch_record, lines, refusal, worker_command
+from mlxhost.host.liveness import wait_hung
+from mlxhost.host.upstream import WorkerClient
+from mlxhost.host.worker_status import WorkerExit, WorkerState, WorkerUnavailable
+from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.launch import EXIT_BAD_LAUNCH, MemoryReading, ReadyLine, SessionProgress, parse_line
 
 __all__ = ["Supervisor"]
 

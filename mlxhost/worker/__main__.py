@@ -1,6 +1,6 @@
 """`python -m mlxhost.worker`: serve one model on a private Unix socket for the parent.
 
-See `mlxhost.protocol` for what goes over stdin and stdout.
+See `mlxhost.wire.launch` for what goes over stdin and stdout.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import anyio
 import psutil
 
-from ..config import ConfigError, Settings, settings_from_options
-from ..protocol import (
-    ADMIN_TOKEN_FILE,
+from mlxhost.config import ConfigError, Settings, settings_from_options
+from mlxhost.runtime.shutdown import Shutdown, exit_now
+from mlxhost.wire.launch import (
     EXIT_BAD_LAUNCH,
     BadLaunchRecord,
     LaunchRecord,
@@ -29,11 +29,11 @@ from ..protocol import (
     ReadyLine,
     SessionProgress,
 )
-from ..shutdown import Shutdown, exit_now
+from mlxhost.wire.layout import ADMIN_TOKEN_FILE
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .sessions import GenerationSession
+    from mlxhost.worker.engine import Engine
+    from mlxhost.worker.generation import GenerationSession
 
 MEMORY_INTERVAL = 1.0
 PROGRESS_INTERVAL = 0.25
@@ -102,7 +102,7 @@ class ParentWatch:
 
 
 async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> None:
-    from .serve import serve_model
+    from mlxhost.worker.serve import serve_model
 
     shutdown = Shutdown()
     loop = asyncio.get_running_loop()
@@ -149,7 +149,7 @@ async def _watch_parent(gone: anyio.Event, shutdown: Shutdown) -> None:
 
 
 async def _report_memory(engine: object) -> None:
-    from .engine import Engine
+    from mlxhost.worker.engine import Engine
 
     assert isinstance(engine, Engine)
     process = psutil.Process()

@@ -35,10 +35,11 @@ import mlx.core as mx
 import mlx_lm
 from mlx_lm.generate import BatchGenerator
 
-from .prompt_cache import PromptCache, PromptCacheStatistics
-from .sampling import SamplerCache, logits_processors_for
-from .sessions import Delta, GenerationRequest, GenerationSession, TokenLogprob
-from .textstream import TextStream
+from mlxhost.wire.chunks import Delta, TokenLogprob
+from mlxhost.worker.generation import GenerationRequest, GenerationSession
+from mlxhost.worker.prompt_cache import PromptCache, PromptCacheStatistics
+from mlxhost.worker.sampling import SamplerCache, logits_processors_for
+from mlxhost.worker.textstream import TextStream
 
 __all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "EngineStopped"]
 

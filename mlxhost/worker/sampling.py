@@ -20,7 +20,7 @@ from mlx_lm.sample_utils import (
     make_sampler,
 )
 
-from .sessions import SamplingParams
+from mlxhost.worker.generation import SamplingParams
 
 __all__ = ["SamplerCache", "logits_processors_for"]
 

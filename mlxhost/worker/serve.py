@@ -13,12 +13,12 @@ from typing import Any
 
 import anyio
 
-from ..api.app import create_app
-from ..api.completions import Serving
-from ..config import Settings
-from ..http import Listener, serve_in
-from ..shutdown import Shutdown
-from .engine import Engine, EngineOptions
+from mlxhost.config import Settings
+from mlxhost.runtime.listener import Listener, serve_in
+from mlxhost.runtime.shutdown import Shutdown
+from mlxhost.worker.app import create_app
+from mlxhost.worker.engine import Engine, EngineOptions
+from mlxhost.worker.routes import Serving
 
 __all__ = ["serve_model"]
 

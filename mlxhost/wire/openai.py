@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json
 
-from ..inert import excerpt
-from .errors import InvalidRequest
+from mlxhost.wire.errors import InvalidRequest
+from mlxhost.wire.inert import excerpt
 
 __all__ = ["ChatCompletionRequest", "CompletionRequest", "parse_body", "too_long"]
 

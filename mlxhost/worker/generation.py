@@ -14,21 +14,18 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from mlxhost.wire.chunks import Delta
+
 __all__ = [
-    "Delta",
-    "FinishReason",
     "GenerationRequest",
     "GenerationSession",
     "SamplingParams",
-    "TokenLogprob",
 ]
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
 CHANNEL_SIZE = 16
 
 _ids = itertools.count(1)
@@ -57,38 +54,6 @@ class GenerationRequest:
     # Whose prompt-cache entries this request may start from and adds to: (the caller's scope,
     # its cache_salt). A prefix cached under another namespace is never reused, nor counted.
     cache_namespace: tuple[str, str] = ("", "")
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    token: str
-    logprob: float
-    top: tuple[tuple[str, float], ...] = ()
-
-
-@dataclass
-class Delta:
-    """New output since the previous delta; the last one of a session carries `finish_reason`."""
-
-    text: str = ""
-    completion_tokens: int = 0  # running total
-    logprobs: list[TokenLogprob] | None = None
-    finish_reason: FinishReason | None = None
-    error: str | None = None  # why, when finish_reason is "cancelled" or "error"
-    cached_tokens: int = 0  # prompt tokens served from the prompt cache
-
-    def merge(self, later: Delta) -> Delta:
-        logprobs = None
-        if self.logprobs is not None or later.logprobs is not None:
-            logprobs = (self.logprobs or []) + (later.logprobs or [])
-        return Delta(
-            text=self.text + later.text,
-            completion_tokens=later.completion_tokens,
-            logprobs=logprobs,
-            finish_reason=later.finish_reason,
-            error=later.error,
-            cached_tokens=later.cached_tokens,
-        )
 
 
 @dataclass(eq=False)  # identity: sessions live in sets

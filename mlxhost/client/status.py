@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 import httpx
 
-from .admin_client import AdminClient, HostNotFound, Target, find_target
-from .human import duration, size
-from .inert import escape_controls
+from mlxhost.client.admin import AdminClient, HostNotFound, Target, find_target
+from mlxhost.client.human import duration, size
+from mlxhost.wire.inert import escape_controls
 
 __all__ = ["run_status"]
 

@@ -23,14 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-
-from ..inert import MESSAGE_CHARS, excerpt
-
 __all__ = [
-    "EXCEPTION_HANDLERS",
     "APIError",
     "Cancelled",
     "ClientClosed",
@@ -74,9 +67,6 @@ class APIError(Exception):
         return {
             "error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
         }
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status_code, headers=self.headers)
 
 
 class InvalidRequest(APIError):
@@ -166,28 +156,3 @@ class TimedOut(APIError):
     status_code = 504
     type = "timeout"
     code = "deadline"
-
-
-async def api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, APIError)
-    return exc.response()
-
-
-async def http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    # The method and path are the client's text: quoted short and inert.
-    method, path = excerpt(request.method, 16), excerpt(request.url.path)
-    if exc.status_code == 404:
-        return NotFound(f"no route {method} {path}").response()
-    if exc.status_code == 405:
-        error = MethodNotAllowed(f"{method} is not allowed on {path}")
-        return JSONResponse(error.body(), status_code=405, headers=exc.headers)
-    return APIError(excerpt(exc.detail, MESSAGE_CHARS)).response()
-
-
-async def internal_error(request: Request, exc: Exception) -> Response:
-    # Starlette logs the traceback after this handler answers; the client sees no details.
-    return InternalError("the server failed to handle this request").response()
-
-
-EXCEPTION_HANDLERS = {APIError: api_error, HTTPException: http_error, Exception: internal_error}

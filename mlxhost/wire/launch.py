@@ -12,7 +12,7 @@ worker has dropped the session's sequence (and its KV cache) from its batch.
 
 A launch record of another protocol version, or one that does not parse, makes the worker exit
 with status 2 (`EXIT_BAD_LAUNCH`) and the reason on stderr; the parent does not try such a worker
-again, since every try would end the same way. This module imports nothing heavy: the parent uses it.
+again, since every try would end the same way. Data only: the parent and the worker both import it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
-    "EVENT_PREFIX",
+    "WORKER_EVENT",
     "EXIT_BAD_LAUNCH",
     "PROTOCOL_VERSION",
-    "READY_PREFIX",
+    "WORKER_READY",
     "BadLaunchRecord",
     "LaunchRecord",
     "MemoryReading",
@@ -35,10 +35,9 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-READY_PREFIX = "MLXHOST-READY "
-EVENT_PREFIX = "MLXHOST-EVENT "
+WORKER_READY = "MLXHOST-READY "
+WORKER_EVENT = "MLXHOST-EVENT "
 EXIT_BAD_LAUNCH = 2
-ADMIN_TOKEN_FILE = "admin-token"  # the parent's, beside the worker sockets in its runtime directory
 
 
 class BadLaunchRecord(Exception):
@@ -93,7 +92,7 @@ class ReadyLine:
     load_seconds: float
 
     def encode(self) -> str:
-        return READY_PREFIX + json.dumps(asdict(self))
+        return WORKER_READY + json.dumps(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ class MemoryReading:
     rss_bytes: int
 
     def encode(self) -> str:
-        return EVENT_PREFIX + json.dumps({"type": "worker.memory", **asdict(self)})
+        return WORKER_EVENT + json.dumps({"type": "worker.memory", **asdict(self)})
 
 
 @dataclass(frozen=True)
@@ -116,16 +115,16 @@ class SessionProgress:
     done: bool = False  # the session ended and the worker no longer holds its sequence
 
     def encode(self) -> str:
-        return EVENT_PREFIX + json.dumps({"type": "session.progress", **asdict(self)})
+        return WORKER_EVENT + json.dumps({"type": "session.progress", **asdict(self)})
 
 
 def parse_line(line: str) -> ReadyLine | MemoryReading | SessionProgress | None:
     """A protocol line from a worker's stdout, or None for a log line."""
     try:
-        if line.startswith(READY_PREFIX):
-            return ReadyLine(**json.loads(line[len(READY_PREFIX) :]))
-        if line.startswith(EVENT_PREFIX):
-            data = json.loads(line[len(EVENT_PREFIX) :])
+        if line.startswith(WORKER_READY):
+            return ReadyLine(**json.loads(line[len(WORKER_READY) :]))
+        if line.startswith(WORKER_EVENT):
+            data = json.loads(line[len(WORKER_EVENT) :])
             kind = data.pop("type", None)
             if kind == "worker.memory":
                 return MemoryReading(**data)

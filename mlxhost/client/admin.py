@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
-from .host.discovery import find_host
+from mlxhost.client.discovery import find_host
 
 __all__ = ["AdminClient", "EventStreamCut", "HostNotFound", "Target", "find_target"]
 

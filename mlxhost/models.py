@@ -1,4 +1,5 @@
-"""Where a model comes from: a local directory, or a Hugging Face repo id already in the cache.
+"""Which models to serve, and where each comes from: a local directory, or a Hugging Face repo
+id already in the local cache.
 
 mlxhost never downloads: a request can't make it fetch anything, and a server should not start
 slowly because a name was mistyped. Nothing here imports MLX.
@@ -6,13 +7,33 @@ slowly because a name was mistyped. Nothing here imports MLX.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-__all__ = ["ModelNotFound", "resolve_model"]
+from mlxhost.config import ModelSpec, Settings
+from mlxhost.errors import ModelNotFound
+
+__all__ = ["DEMO_MODEL_ID", "model_specs", "resolve_model"]
+
+logger = logging.getLogger("mlxhost")
+
+DEMO_MODEL_ID = "mlxhost-demo"
 
 
-class ModelNotFound(Exception):
-    pass
+def model_specs(settings: Settings) -> tuple[ModelSpec, ...]:
+    """The configured models, or the demo model when none is."""
+    if settings.model:
+        return settings.model
+    from mlxhost.demo import ensure_demo_model
+
+    path = ensure_demo_model()
+    logger.warning(
+        "no --model given: serving the built-in demo model (random weights, so its output is "
+        "gibberish) from %s. To serve a real model: mlxhost serve --model /path/to/mlx-model "
+        "(or a Hugging Face repo id already in the local cache).",
+        path,
+    )
+    return (ModelSpec(settings.model_id or DEMO_MODEL_ID, str(path)),)
 
 
 def resolve_model(spec: str) -> Path:

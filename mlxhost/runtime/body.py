@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 from starlette.requests import ClientDisconnect, Request
 
-from .errors import ClientClosed, PayloadTooLarge, RequestTimeout
+from mlxhost.wire.errors import ClientClosed, PayloadTooLarge, RequestTimeout
 
 __all__ = ["read_body"]
 

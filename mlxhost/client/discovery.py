@@ -7,6 +7,9 @@ removes it on exit if it is still its own.
 The temp directory is shared with other users, so neither the record nor the token file it names
 is trusted unless it is a regular file of ours that nobody else may read or write, reached
 without following a symbolic link at its last step.
+
+The host writes the record (`announce`, `withdraw`) and the clients read it (`find_host`): both
+sides live here so that the trust checks are written once.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import logging
 import os
 import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from mlxhost.wire.layout import discovery_file
 
 __all__ = ["announce", "discovery_file", "find_host", "withdraw"]
 
@@ -33,11 +37,6 @@ _announced: str | None = None
 
 class UntrustedFile(OSError):
     """Not a regular file of ours, private to us: another user could have written it."""
-
-
-def discovery_file() -> Path:
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(base) / f"mlxhost-{os.getuid()}.json"
 
 
 def _read_private(path: Path, limit: int) -> tuple[str, os.stat_result]:

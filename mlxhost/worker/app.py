@@ -13,17 +13,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import Settings
-from ..inert import excerpt
-from ..worker.engine import Engine, EngineStopped
-from .completions import Serving, chat_completions, completions, serving, shutting_down
-from .errors import EXCEPTION_HANDLERS, NotFound
-from .guard import api_keys, front_door
-from .openapi import openapi_document
+from mlxhost.config import Settings
+from mlxhost.runtime.guard import api_keys, front_door
+from mlxhost.runtime.responses import EXCEPTION_HANDLERS, error_response
+from mlxhost.wire.errors import NotFound
+from mlxhost.wire.inert import excerpt
+from mlxhost.wire.openapi import openapi_document
+from mlxhost.worker.engine import Engine, EngineStopped
+from mlxhost.worker.routes import Serving, chat_completions, completions, serving, shutting_down
 
 __all__ = ["create_app"]
 
-logger = logging.getLogger("mlxhost.api")
+logger = logging.getLogger("mlxhost.worker")
 
 
 def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
@@ -101,4 +102,4 @@ async def openapi(request: Request) -> Response:
 
 
 async def engine_stopped(request: Request, exc: Exception) -> Response:
-    return shutting_down().response()
+    return error_response(shutting_down())

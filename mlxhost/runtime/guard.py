@@ -29,25 +29,23 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..config import ConfigError, Settings
-from ..inert import excerpt
-from .errors import (
+from mlxhost.config import ConfigError, Settings
+from mlxhost.runtime.responses import error_response
+from mlxhost.wire.errors import (
     APIError,
     Forbidden,
     HTTPVersionNotSupported,
     Unauthorized,
     UnsupportedMediaType,
 )
+from mlxhost.wire.headers import CACHE_SCOPE_HEADER, INTERNAL_PREFIX, SESSION_HEADER
+from mlxhost.wire.inert import excerpt
 
-__all__ = ["CACHE_SCOPE_HEADER", "FrontDoor", "api_keys", "front_door", "is_loopback", "warn_if_exposed"]
+__all__ = ["FrontDoor", "api_keys", "front_door", "is_loopback", "warn_if_exposed"]
 
 logger = logging.getLogger("mlxhost")
 
-# Set by the front door on every request it lets through, replacing any a client sent: an opaque
-# name of the caller (a hash of its API key; absent when the caller presented none). The worker
-# keeps prompt-cache entries apart by it, so no caller can observe another's cached prefix.
-CACHE_SCOPE_HEADER = "x-mlxhost-cache-scope"
-_INTERNAL_PREFIX = b"x-mlxhost-"
+_INTERNAL_PREFIX = INTERNAL_PREFIX.encode()
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _JSON_TYPES = (b"application/json",)
 _BODY_METHODS = frozenset({"POST"})  # the only method with a body that any route takes
@@ -91,7 +89,7 @@ class FrontDoor:
         try:
             scope = self._admit(scope)
         except APIError as error:
-            response = error.response()
+            response = error_response(error)
             headers = dict(scope["headers"])
             if _declares_body(headers):
                 # The body is never read, so the connection cannot carry another request; closing
@@ -281,7 +279,7 @@ def front_door(settings: Settings, keys: Iterable[str] = (), admin_token: str | 
                 allow_origins=list(settings.cors_origins),
                 allow_methods=["GET", "POST", "OPTIONS"],
                 allow_headers=["authorization", "content-type", "x-api-key", "last-event-id"],
-                expose_headers=["x-mlxhost-session", "retry-after"],
+                expose_headers=[SESSION_HEADER, "retry-after"],
                 max_age=600,
             )
         )

@@ -19,25 +19,19 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..config import Settings
-from ..inert import excerpt
-from ..worker.engine import Engine, EngineStopped
-from ..worker.sessions import (
-    Delta,
-    GenerationRequest,
-    SamplingParams,
-    TokenLogprob,
-)
-from .body import read_body as read_limited_body
-from .errors import APIError, InternalError, InvalidRequest, ServiceUnavailable
-from .formats import DONE, KEEPALIVE, ChatFormat, CompletionFormat, sse
-from .guard import CACHE_SCOPE_HEADER
-from .schemas import ChatCompletionRequest, CompletionRequest, parse_body, too_long
+from mlxhost.config import Settings
+from mlxhost.runtime.body import read_body as read_limited_body
+from mlxhost.wire.chunks import DONE, KEEPALIVE, ChatFormat, CompletionFormat, Delta, TokenLogprob, sse
+from mlxhost.wire.errors import APIError, InternalError, InvalidRequest, ServiceUnavailable
+from mlxhost.wire.headers import CACHE_SCOPE_HEADER, SESSION_HEADER
+from mlxhost.wire.inert import excerpt
+from mlxhost.wire.openai import ChatCompletionRequest, CompletionRequest, parse_body, too_long
+from mlxhost.worker.engine import Engine, EngineStopped
+from mlxhost.worker.generation import GenerationRequest, SamplingParams
 
 __all__ = ["Serving", "chat_completions", "completions", "shutting_down"]
 
 Format = ChatFormat | CompletionFormat
-SESSION_HEADER = "x-mlxhost-session"  # set by the host: this request's session there
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, but the access log does
 
 

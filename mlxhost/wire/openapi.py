@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from .schemas import ChatCompletionRequest, CompletionRequest
+from mlxhost.wire.openai import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["openapi_document"]
 

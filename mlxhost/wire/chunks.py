@@ -1,4 +1,8 @@
-"""The JSON shapes of chat and text completions, whole and streamed (SSE `data:` frames)."""
+"""The JSON shapes of chat and text completions, whole and streamed (SSE `data:` frames).
+
+A `Delta` is one piece of a session's output as the worker's engine produces it; the formats
+below write deltas as OpenAI's chunks, and `Outcome` reads how a response ended back out of them.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,56 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from ..worker.sessions import Delta, TokenLogprob
+__all__ = [
+    "DONE",
+    "KEEPALIVE",
+    "ChatFormat",
+    "CompletionFormat",
+    "Delta",
+    "FinishReason",
+    "TokenLogprob",
+    "sse",
+]
 
-__all__ = ["ChatFormat", "CompletionFormat", "DONE", "KEEPALIVE", "sse"]
+FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass
+class Delta:
+    """New output since the previous delta; the last one of a session carries `finish_reason`."""
+
+    text: str = ""
+    completion_tokens: int = 0  # running total
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: FinishReason | None = None
+    error: str | None = None  # why, when finish_reason is "cancelled" or "error"
+    cached_tokens: int = 0  # prompt tokens served from the prompt cache
+
+    def merge(self, later: Delta) -> Delta:
+        logprobs = None
+        if self.logprobs is not None or later.logprobs is not None:
+            logprobs = (self.logprobs or []) + (later.logprobs or [])
+        return Delta(
+            text=self.text + later.text,
+            completion_tokens=later.completion_tokens,
+            logprobs=logprobs,
+            finish_reason=later.finish_reason,
+            error=later.error,
+            cached_tokens=later.cached_tokens,
+        )
+
 
 
 def sse(payload: dict[str, Any]) -> bytes:

@@ -1,0 +1,51 @@
+"""`mlxhost serve --in-process`: one model served from this process, with no parent.
+
+The worker's own app answers on the public addresses, behind the same front door as the parent's.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mlxhost.config import ConfigError, Settings, binds
+from mlxhost.errors import StartupError
+from mlxhost.models import model_specs, resolve_model
+from mlxhost.runtime.guard import api_keys, warn_if_exposed
+from mlxhost.runtime.listener import BindError, Listener
+from mlxhost.runtime.shutdown import Shutdown
+from mlxhost.wire.layout import HOST_READY
+from mlxhost.worker.engine import Engine
+from mlxhost.worker.serve import serve_model
+
+__all__ = ["serve_in_process"]
+
+logger = logging.getLogger("mlxhost")
+
+
+async def serve_in_process(settings: Settings) -> None:
+    try:
+        keys = api_keys(settings)  # read now: a bad key file stops startup before the model loads
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+    warn_if_exposed(settings, keys)
+    spec = model_specs(settings)[0]
+    path = resolve_model(spec.path)
+    logger.info("loading %s from %s (in-process)", spec.id, path)
+    shutdown = Shutdown()
+
+    def on_ready(engine: Engine, listener: Listener) -> None:
+        logger.info(
+            "%s model %s (loaded in %.2fs) on %s",
+            HOST_READY,
+            spec.id,
+            engine.load_seconds,
+            " and ".join(listener.addresses),
+        )
+
+    async def background(engine: Engine) -> None:
+        await shutdown.watch_signals()
+
+    try:
+        await serve_model(settings, path, spec.id, binds(settings), shutdown, on_ready, background)
+    except* BindError as group:
+        raise StartupError(str(group.exceptions[0])) from None
