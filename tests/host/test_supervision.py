@@ -15,7 +15,7 @@ import anyio
 import httpx
 import psutil
 import pytest
-from conftest import Server, start_server, wait_until
+from tests.conftest import Server, start_server, wait_until
 
 from mlxhost.demo import make_model
 from mlxhost.host.liveness import why_hung

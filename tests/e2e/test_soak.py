@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SOAK = Path(__file__).parent.parent / "scripts" / "soak.py"
+SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
 
 
 @pytest.mark.slow

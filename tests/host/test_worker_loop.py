@@ -1,7 +1,7 @@
 """The worker's event loop is never blocked by a request, and a hung worker is told from a busy one.
 
 Real `mlxhost serve` processes and real workers: a stream is read while hostile bodies arrive, a
-worker whose generation thread wedges (tests/workers/wedged.py) is found out by its own /health,
+worker whose generation thread wedges (tests/host/workers/wedged.py) is found out by its own /health,
 and a worker whose parent goes away while it loads ends without a word on its ready line.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Server, start_server, wait_until
+from tests.conftest import Server, start_server, wait_until
 
 from mlxhost.wire.launch import WORKER_READY, LaunchRecord
 from mlxhost.wire.layout import ADMIN_TOKEN_FILE

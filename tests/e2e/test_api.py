@@ -9,7 +9,7 @@ from pathlib import Path
 import mlx_lm
 import openai
 import pytest
-from conftest import Server
+from tests.conftest import Server
 
 HELLO = [{"role": "user", "content": "Tell me about café culture in 日本 🙂"}]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Server, start_server
+from tests.conftest import Server, start_server
 
 PROMPT = [{"role": "user", "content": "Hello"}]
 

@@ -20,7 +20,7 @@ from mlxhost.demo import (
     parameter_count,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MULTIBYTE = "café 日本語 🙂"
 
 

@@ -8,7 +8,7 @@ import urllib.parse
 import httpx
 import openai
 import pytest
-from conftest import Server
+from tests.conftest import Server
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

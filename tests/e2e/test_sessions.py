@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Server, start_server
+from tests.conftest import Server, start_server
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.pool import ModelPool, UnknownModel

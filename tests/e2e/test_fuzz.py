@@ -25,7 +25,7 @@ import httpx
 import pytest
 import requests
 import schemathesis
-from conftest import Server, start_server
+from tests.conftest import Server, start_server
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode

@@ -48,5 +48,5 @@ def test_bad_file_values_are_named(tmp_path: Path, text: str, message: str) -> N
 
 
 def test_the_shipped_config_file_matches_the_defaults() -> None:
-    shipped = Path(__file__).parent.parent / "config" / "mlxhost.toml"
+    shipped = Path(__file__).resolve().parents[2] / "config" / "mlxhost.toml"
     assert load_settings(env={}, config_file=shipped) == Settings()

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from conftest import Server, start_server
+from tests.conftest import Server, start_server
 
 pytestmark = pytest.mark.chaos
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Server, start_server, wait_until
+from tests.conftest import Server, start_server, wait_until
 
 PROMPT = [{"role": "user", "content": "Go on forever"}]
 

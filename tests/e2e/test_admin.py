@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN, Server, start_server
+from tests.conftest import ADMIN_TOKEN, Server, start_server
 
 from mlxhost.client.admin import AdminClient, Target
 from mlxhost.host.events import EventHub

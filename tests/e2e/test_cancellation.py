@@ -6,7 +6,7 @@ Proof comes from the engine's own counters on /health, not from timing.
 from __future__ import annotations
 
 import httpx
-from conftest import Server
+from tests.conftest import Server
 
 LONG = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 4000, "temperature": 0}
 

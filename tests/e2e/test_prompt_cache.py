@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import openai
-from conftest import Server, start_server
+from tests.conftest import Server, start_server
 
 from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 

@@ -20,7 +20,7 @@ import httpx
 import openai
 import psutil
 import pytest
-from conftest import ADMIN_TOKEN, Server, start_server
+from tests.conftest import ADMIN_TOKEN, Server, start_server
 
 CHAT = "/v1/chat/completions"
 KEY, FILE_KEYS = "key-from-env", ("key-from-file-1", "key-from-file-2")

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Server, start_server
+from tests.conftest import Server, start_server
 from rich.console import Console
 from textual.pilot import Pilot
 
