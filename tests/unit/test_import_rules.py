@@ -1,0 +1,98 @@
+"""The architecture's import rules, read from the source with `ast`.
+
+- `mlxhost.wire` is data: it imports nothing of ours outside itself, and no web server, event
+  loop, HTTP client or MLX.
+- Only `mlxhost.worker` imports MLX or mlx-lm; the parent (`host`), the clients, the console, the
+  shared runtime and the test harness never import the worker, so the parent never loads MLX.
+- `mlxhost.cli` is the one dispatcher allowed to reach the worker: `serve --in-process` runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MLX = ("mlx", "mlx_lm")
+SERVING = ("starlette", "hypercorn", "anyio", "httpx", "h11", "asyncio", "socket", "subprocess")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "tui":
+        parts[0] = "mlxhost_tui"
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, name: str | None = None) -> Iterator[str]:
+    """Every module `path` (the module `name`) imports, absolute, including inside functions."""
+    package = (name or _module_name(path)).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            yield module
+            # `from mlxhost import worker` imports a module by its attribute name.
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def _within(module: str, *roots: str) -> bool:
+    return any(module == root or module.startswith(root + ".") for root in roots)
+
+
+def _sources(*folders: str) -> list[Path]:
+    return sorted(path for folder in folders for path in (ROOT / folder).rglob("*.py"))
+
+
+def _violations(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in paths
+        for module in _imports(path)
+        if _within(module, *forbidden)
+    ]
+
+
+def test_the_contracts_import_nothing_of_ours_but_themselves() -> None:
+    found = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in _sources("mlxhost/wire")
+        for module in _imports(path)
+        if _within(module, "mlxhost", "mlxhost_tui", *MLX, *SERVING) and not _within(module, "mlxhost.wire")
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize("folder", ["mlxhost/host", "mlxhost/client", "mlxhost/runtime", "tui"])
+def test_the_parent_clients_and_console_never_import_the_worker_or_mlx(folder: str) -> None:
+    assert _violations(_sources(folder), ("mlxhost.worker", *MLX)) == []
+
+
+def test_only_the_worker_imports_mlx() -> None:
+    outside = [p for p in _sources("mlxhost", "tui", "scripts") if not _within(_module_name(p), "mlxhost.worker")]
+    # The benchmark measures raw mlx-lm as its baseline: that is the one place outside the worker.
+    outside = [p for p in outside if "bench" not in p.relative_to(ROOT).parts[:2] and p.name != "bench.py"]
+    assert _violations(outside, MLX) == []
+
+
+def test_only_the_cli_reaches_into_the_worker() -> None:
+    top_level = [p for p in _sources("mlxhost") if not _within(_module_name(p), "mlxhost.worker")]
+    found = _violations([p for p in top_level if p.name != "cli.py"], ("mlxhost.worker",))
+    assert found == []
+
+
+def test_the_rules_see_a_violation(tmp_path: Path) -> None:
+    """The reader resolves relative and in-function imports, so a rule cannot pass by accident."""
+    module = tmp_path / "probe.py"
+    module.write_text("def f():\n    from ..worker import engine\n    import mlx.core\n")
+    found = set(_imports(module, "mlxhost.host.probe"))
+    assert found >= {"mlxhost.worker", "mlxhost.worker.engine", "mlx.core"}
