@@ -1,15 +1,17 @@
 """A client of the host's admin API, for `mlxhost status` and the `mlxhost tui` dashboard.
 
-It finds a local host by itself (see `mlxhost.host.discovery`), or takes a URL or a Unix socket
-and a token. Server-sent events are parsed by httpx-sse.
+It finds a local host by itself (see `mlxhost.client.discovery`), or takes a URL or a Unix socket
+and a token. Server-sent events are parsed by httpx-sse. `snapshot` and `watch` read the state and
+the events as the records of `mlxhost.wire.admin`; `state` and `events` give the JSON as it came.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from mlxhost.client.discovery import find_host
+from mlxhost.wire.admin import AdminEvent, HostState, parse_event
 
 __all__ = ["AdminClient", "EventStreamCut", "HostNotFound", "Target", "find_target"]
 
@@ -99,6 +102,10 @@ class AdminClient:
         response.raise_for_status()
         return response.json()  # type: ignore[no-any-return]
 
+    async def snapshot(self) -> HostState:
+        """The host's state, as a record; `BadRecord` (a ValueError) if it is not one."""
+        return HostState.from_json(await self.state())
+
     async def health(self) -> tuple[int, dict[str, Any]]:
         response = await self._http.get("/health")
         return response.status_code, response.json()
@@ -114,7 +121,7 @@ class AdminClient:
         )
         return response.status_code
 
-    async def events(self, after: int | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, after: int | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """Events after `after`, as they happen, until the host ends the stream.
 
         The host ends it with `event: end` (it is stopping, or this reader lagged): the iteration
@@ -136,3 +143,9 @@ class AdminClient:
                     yield json.loads(sse.data)
             request = source.response.request
             raise EventStreamCut("the event stream stopped without the host's `event: end`", request=request)
+
+    async def watch(self, after: int | None = None) -> AsyncGenerator[AdminEvent, None]:
+        """`events`, as records: a type this client does not know comes as an `UnknownEvent`."""
+        async with contextlib.aclosing(self.events(after)) as events:  # closes the stream with us
+            async for event in events:
+                yield parse_event(event)

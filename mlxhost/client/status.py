@@ -11,9 +11,10 @@ import httpx
 
 from mlxhost.client.admin import AdminClient, HostNotFound, Target, find_target
 from mlxhost.client.human import duration, size
+from mlxhost.wire.admin import BadRecord, ExitRecord, HostState
 from mlxhost.wire.inert import escape_controls
 
-__all__ = ["run_status"]
+__all__ = ["render", "run_status"]
 
 
 def run_status(url: str | None, unix: str | None, token: str | None, as_json: bool) -> int:
@@ -30,17 +31,20 @@ def run_status(url: str | None, unix: str | None, token: str | None, as_json: bo
     except (httpx.TransportError, OSError) as exc:
         print(f"mlxhost: cannot reach {target.describe()}: {exc}", file=sys.stderr)
         return 1
+    except BadRecord as exc:
+        print(f"mlxhost: {target.describe()} answered a state this version cannot read: {exc}", file=sys.stderr)
+        return 1
     if as_json:
-        print(json.dumps({"health": health, "state": state}, indent=2))
+        print(json.dumps({"health": health, "state": state.to_json()}, indent=2))
     else:
         print(render(target, health, state))
     return 0 if code == 200 else 1
 
 
-async def _read(target: Target) -> tuple[int, dict[str, Any], dict[str, Any]]:
+async def _read(target: Target) -> tuple[int, dict[str, Any], HostState]:
     async with AdminClient(target) as client:
         code, health = await client.health()
-        return code, health, await client.state()
+        return code, health, await client.snapshot()
 
 
 def _inert(value: Any) -> Any:
@@ -54,27 +58,29 @@ def _inert(value: Any) -> Any:
     return value
 
 
-def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str:
-    health, state = _inert(health), _inert(state)
-    host = state["host"]
+def render(target: Target, health: dict[str, Any], state: HostState) -> str:
+    health, state = _inert(health), HostState.from_json(_inert(state.to_json()))
+    host, sessions = state.host, state.sessions
     lines = [
-        f"mlxhost at {target.describe()}: {health['status']}, pid {host['pid']}, "
-        f"up {duration(host['uptime_s'])}, event {state['seq']}",
+        (
+            f"mlxhost at {target.describe()}: {health['status']}, pid {host.pid}, "
+            f"up {duration(host.uptime_s)}, event {state.seq}"
+        ),
         "",
         _table(
             ["WORKER", "STATE", "PID", "RESTARTS", "UP", "IN FLIGHT", "MEMORY", "LAST EXIT"],
             [
                 [
-                    w["id"],
-                    w["state"],
-                    str(w["pid"] or "-"),
-                    str(w["restarts"]),
-                    duration(w["uptime_s"]) if w["uptime_s"] is not None else "-",
-                    str(w["in_flight"]),
-                    size(w["memory"]["active_bytes"] + w["memory"]["cache_bytes"]) if w["memory"] else "-",
-                    _exit(w["last_exit"]),
+                    w.id,
+                    w.state,
+                    str(w.pid or "-"),
+                    str(w.restarts),
+                    duration(w.uptime_s) if w.uptime_s is not None else "-",
+                    str(w.in_flight),
+                    size(w.memory.active_bytes + w.memory.cache_bytes) if w.memory else "-",
+                    _exit(w.last_exit),
                 ]
-                for w in state["workers"]
+                for w in state.workers
             ],
         ),
         "",
@@ -82,24 +88,20 @@ def render(target: Target, health: dict[str, Any], state: dict[str, Any]) -> str
             ["MODEL", "RESIDENT", "ACTIVE", "QUEUED", "REJECTED"],
             [
                 [
-                    m["id"] + (" (default)" if m["default"] else ""),
-                    "yes" if m["resident"] else "no",
-                    *(
-                        str(state["admission"].get(m["id"], {}).get(k, 0))
-                        for k in ("active", "queued", "rejected")
-                    ),
+                    m.id + (" (default)" if m.default else ""),
+                    "yes" if m.resident else "no",
+                    *_admission(state, m.id),
                 ]
-                for m in state["models"]
+                for m in state.models
             ],
         ),
         "",
-        f"sessions: {len(state['sessions']['live'])} live, {state['sessions']['closed']} closed "
-        f"of {state['sessions']['opened']} opened",
+        f"sessions: {len(sessions.live)} live, {sessions.closed} closed of {sessions.opened} opened",
     ]
-    for session in state["sessions"]["live"]:
+    for session in sessions.live:
         lines.append(
-            f"  {session['id']}  {session['model']}  {session['state']}  {session['tokens']} tokens  "
-            f"{session['tokens_per_s']} tok/s  {duration(session['age_s'])}"
+            f"  {session.id}  {session.model}  {session.state}  {session.tokens} tokens  "
+            f"{session.tokens_per_s} tok/s  {duration(session.age_s)}"
         )
     return "\n".join(lines)
 
@@ -109,11 +111,17 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in [header, *rows])
 
 
-def _exit(last: dict[str, Any] | None) -> str:
-    if not last:
+def _admission(state: HostState, model: str) -> list[str]:
+    """A model's active, queued and rejected counts."""
+    stats = state.admission.get(model)
+    return [str(stats.active), str(stats.queued), str(stats.rejected)] if stats else ["0", "0", "0"]
+
+
+def _exit(last: ExitRecord | None) -> str:
+    if last is None:
         return "-"
-    if last["signal"]:
-        return f"signal {last['signal']}"
-    if last["code"] is None:  # it was never started: the reason is all there is
-        return str(last.get("reason") or "-")
-    return f"code {last['code']}"
+    if last.signal:
+        return f"signal {last.signal}"
+    if last.code is None:  # it was never started: the reason is all there is
+        return last.reason or "-"
+    return f"code {last.code}"

@@ -3,6 +3,8 @@
 On the Unix socket the admin routes are open: the socket is 0600, so only its owner connects. On
 TCP they need the admin token (`Authorization: Bearer ...`), which the host generates at start
 and writes 0600 into its runtime directory, unless `admin_token` sets one.
+
+The documents are the records of `mlxhost.wire.admin`, turned into JSON here, at the edge.
 """
 
 from __future__ import annotations
@@ -19,49 +21,57 @@ from starlette.routing import Route
 from starlette.types import Message, Send
 
 from mlxhost.config import ModelSpec
-from mlxhost.host.events import END_HOST_STOPPING, END_LAGGED, Published, end_frame
+from mlxhost.host.events import Published, end_frame
 from mlxhost.host.pool import ModelPool
 from mlxhost.host.sessions import CancelReason
+from mlxhost.host.state import ParentState, parent_state
+from mlxhost.wire.admin import (
+    END_HOST_STOPPING,
+    END_LAGGED,
+    HostRecord,
+    HostState,
+    SessionsRecord,
+    StreamLagged,
+)
 from mlxhost.wire.errors import InvalidRequest, NotFound
 from mlxhost.wire.inert import excerpt
 
-__all__ = ["admin_routes", "host_state"]
+__all__ = ["admin_routes", "host_state", "sessions_record"]
 
 HEARTBEAT = 10.0  # seconds between SSE comments on a quiet event stream
 RETRY_MS = 2000
 MAX_SEQ_DIGITS = 20  # an event number fits in 64 bits
 
 
-def _host(request: Request) -> Any:
-    # The admin token was checked at the front door (mlxhost/runtime/guard.py), like every credential.
-    return request.app.state.host
-
-
-def host_state(host: Any) -> dict[str, Any]:
+def host_state(host: ParentState) -> HostState:
     """One consistent snapshot: built without a pause, it includes exactly the events up to `seq`."""
+    return HostState(
+        seq=host.events.last_seq,
+        host=HostRecord(
+            pid=os.getpid(),
+            started=host.started,
+            uptime_s=round(time.time() - host.started, 3),
+            accepting=host.accepting,
+        ),
+        workers=tuple(s.snapshot() for s in host.pool.supervisors()),
+        models=tuple(host.pool.snapshot()),
+        sessions=sessions_record(host),
+        admission={model: a.statistics() for model, a in host.admissions.items()},
+    )
+
+
+def sessions_record(host: Any) -> SessionsRecord:
     sessions = host.sessions
-    return {
-        "seq": host.events.last_seq,
-        "host": {
-            "pid": os.getpid(),
-            "started": host.started,
-            "uptime_s": round(time.time() - host.started, 3),
-            "accepting": host.accepting,
-        },
-        "workers": [s.snapshot() for s in host.pool.supervisors()],
-        "models": host.pool.snapshot(),
-        "sessions": {
-            "opened": sessions.opened,
-            "closed": sessions.closed,
-            "live": [s.snapshot() for s in sessions.live()],
-            "recent": [s.snapshot() for s in sessions.recent()],
-        },
-        "admission": {model: a.statistics().__dict__ for model, a in host.admissions.items()},
-    }
+    return SessionsRecord(
+        opened=sessions.opened,
+        closed=sessions.closed,
+        live=tuple(s.snapshot() for s in sessions.live()),
+        recent=tuple(s.snapshot() for s in sessions.recent()),
+    )
 
 
 async def state(request: Request) -> Response:
-    return JSONResponse(host_state(_host(request)))
+    return JSONResponse(host_state(parent_state(request)).to_json())
 
 
 def _resume_point(request: Request) -> int | None:
@@ -79,7 +89,7 @@ def _resume_point(request: Request) -> int | None:
 
 
 async def events(request: Request) -> Response:
-    host = _host(request)
+    host = parent_state(request)
     subscription = host.events.subscribe(_resume_point(request))
 
     async def stream() -> AsyncIterator[bytes]:
@@ -96,7 +106,7 @@ async def events(request: Request) -> Response:
                     yield b": heartbeat\n\n"
                     continue
                 yield published.frame
-                if published.event["type"] == "stream.lagged":
+                if published.event["type"] == StreamLagged.TYPE:
                     yield end_frame(END_LAGGED)
                     return
             # The hub ended the subscription: the host is stopping. Saying so lets a client
@@ -138,21 +148,21 @@ class _WatchedStream(StreamingResponse):
 
 
 async def list_sessions(request: Request) -> Response:
-    return JSONResponse(host_state(_host(request))["sessions"])
+    return JSONResponse(sessions_record(parent_state(request)).to_json())
 
 
 async def cancel_session(request: Request) -> Response:
-    session = _host(request).sessions.get(request.path_params["session"])
+    session = parent_state(request).sessions.get(request.path_params["session"])
     if session is None or not session.cancel(CancelReason.REQUESTED):
         raise NotFound(
             f"no live session '{excerpt(request.path_params['session'])}'", param="session", code="session_not_found"
         )
-    return JSONResponse({"session": session.snapshot()}, status_code=202)
+    return JSONResponse({"session": session.snapshot().to_json()}, status_code=202)
 
 
 async def restart_worker(request: Request) -> Response:
     """Restart a model's worker; with drain (the default) after its running sessions finish."""
-    host = _host(request)
+    host = parent_state(request)
     name = request.path_params["worker"]
     spec = next((s for s in host.pool.specs if name in s.names), None)
     if spec is None:
@@ -165,7 +175,7 @@ async def restart_worker(request: Request) -> Response:
                 supervisor = await _restart(host.pool, spec)
         else:
             supervisor = await _restart(host.pool, spec)
-    return JSONResponse({"worker": supervisor.snapshot()})
+    return JSONResponse({"worker": supervisor.snapshot().to_json()})
 
 
 async def _restart(pool: ModelPool, spec: ModelSpec) -> Any:

@@ -9,25 +9,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import anyio
 
-__all__ = ["Admission", "AdmissionStatistics", "QueueFull"]
+from mlxhost.wire.admin import AdmissionRecord
+
+__all__ = ["Admission", "QueueFull"]
 
 
 class QueueFull(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class AdmissionStatistics:
-    max_active: int
-    max_queued: int
-    active: int
-    queued: int
-    admitted: int
-    rejected: int
 
 
 class Admission:
@@ -45,9 +36,10 @@ class Admission:
         self.admitted = 0
         self.rejected = 0
 
-    def statistics(self) -> AdmissionStatistics:
+    def statistics(self) -> AdmissionRecord:
+        """The gauges and counters the admin API shows for this model."""
         limiter = self._limiter.statistics()
-        return AdmissionStatistics(
+        return AdmissionRecord(
             max_active=self.max_active,
             max_queued=self.max_queued,
             active=limiter.borrowed_tokens,
@@ -81,7 +73,15 @@ class Admission:
                     await self._gate.wait()
             finally:
                 self._at_gate -= 1
-        await self._limiter.acquire_on_behalf_of(owner)
+        try:
+            await self._limiter.acquire_on_behalf_of(owner)
+        except BaseException:
+            # A waiter cancelled just as a leaving session handed it the last place gives that
+            # place back inside the limiter: nobody else would say the model is idle, and an
+            # exclusive operation waiting for that (with the gate closed) would wait forever.
+            if self._limiter.borrowed_tokens == 0:
+                self._idle.set()
+            raise
         self.admitted += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         try:

@@ -5,8 +5,6 @@ It imports no MLX: model work happens in the workers only.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -17,12 +15,11 @@ from starlette.routing import Route
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.admin import admin_routes, host_state
-from mlxhost.host.admission import Admission
-from mlxhost.host.events import EventHub
 from mlxhost.host.metrics import CONTENT_TYPE, HostMetrics
 from mlxhost.host.pool import ModelPool, UnknownModel
 from mlxhost.host.relay import SessionResponse, refusal
 from mlxhost.host.sessions import SessionRegistry
+from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.worker_status import WorkerState
 from mlxhost.runtime.body import read_body
 from mlxhost.runtime.guard import front_door
@@ -31,36 +28,9 @@ from mlxhost.wire.errors import NotFound, ServiceUnavailable
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
 
-__all__ = ["Host", "create_host_app"]
+__all__ = ["create_host_app"]
 
 SMALL_BODY = 64 * 1024  # bytes: read even when the answer will be 429 (see generate)
-
-
-@dataclass
-class Host:
-    pool: ModelPool
-    settings: Settings
-    started: int = field(default_factory=lambda: int(time.time()))
-    sessions: SessionRegistry = field(default_factory=SessionRegistry)
-    events: EventHub = field(default_factory=EventHub)
-    admissions: dict[str, Admission] = field(default_factory=dict)
-    admin_token: str | None = None
-    metrics: HostMetrics | None = None
-    accepting: bool = True
-
-    def admission(self, spec: ModelSpec) -> Admission:
-        admission = self.admissions.get(spec.id)
-        if admission is None:
-            admission = Admission(
-                spec.max_active or self.settings.max_active,
-                self.settings.max_queued if spec.max_queued is None else spec.max_queued,
-            )
-            self.admissions[spec.id] = admission
-        return admission
-
-
-def host(request: Request) -> Host:
-    return request.app.state.host  # type: ignore[no-any-return]
 
 
 def create_host_app(
@@ -85,15 +55,15 @@ def create_host_app(
         middleware=front_door(settings, api_keys, admin_token),
     )
     sessions = sessions or SessionRegistry(pool.events)
-    host = Host(pool, settings, sessions=sessions, events=sessions.events, admin_token=admin_token)
-    host.metrics = HostMetrics(lambda: host_state(host))
-    sessions.on_close = host.metrics.session_closed
-    app.state.host = host
+    parent = ParentState(pool, settings, sessions=sessions, events=sessions.events, admin_token=admin_token)
+    parent.metrics = HostMetrics(lambda: host_state(parent))
+    sessions.on_close = parent.metrics.session_closed
+    app.state.parent = parent
     return app
 
 
 async def generate(request: Request) -> Any:
-    state = host(request)
+    state = parent_state(request)
     if not state.accepting:
         raise ServiceUnavailable("the server is shutting down", code="shutting_down")
     settings = state.settings
@@ -125,7 +95,7 @@ async def generate(request: Request) -> Any:
     )
 
 
-def _turn_away(state: Host, spec: ModelSpec, body_read: bool) -> NoReturn:
+def _turn_away(state: ParentState, spec: ModelSpec, body_read: bool) -> NoReturn:
     # Refused at the door, before a session, its task and its events exist: under overload these
     # refusals are most of the traffic, and each costs the CPU the admitted streams run on.
     admission = state.admission(spec)
@@ -165,40 +135,40 @@ def _peek(body: bytes) -> _Routing:
 
 
 def _model_card(request: Request, model_id: str) -> dict[str, object]:
-    return {"id": model_id, "object": "model", "created": host(request).started, "owned_by": "mlxhost"}
+    return {"id": model_id, "object": "model", "created": parent_state(request).started, "owned_by": "mlxhost"}
 
 
 async def list_models(request: Request) -> Response:
-    specs = host(request).pool.specs
+    specs = parent_state(request).pool.specs
     return JSONResponse({"object": "list", "data": [_model_card(request, s.id) for s in specs]})
 
 
 async def get_model(request: Request) -> Response:
     name = request.path_params["model"]
-    if name not in {s.id for s in host(request).pool.specs}:
+    if name not in {s.id for s in parent_state(request).pool.specs}:
         raise NotFound(f"the model '{excerpt(name)}' does not exist", param="model", code="model_not_found")
     return JSONResponse(_model_card(request, name))
 
 
 async def health(request: Request) -> Response:
-    state = host(request)
+    state = parent_state(request)
     workers = [s.snapshot() for s in state.pool.supervisors()]
     models = state.pool.snapshot()
-    serving = any(w["state"] == WorkerState.READY for w in workers)
-    can_load = any(not m["resident"] for m in models)  # a model not loaded starts on demand
+    serving = any(w.state == WorkerState.READY for w in workers)
+    can_load = any(not m.resident for m in models)  # a model not loaded starts on demand
     ok = state.accepting and (serving or can_load)
     return JSONResponse(
         {
             "status": "ok" if ok else ("stopping" if not state.accepting else "unavailable"),
-            "workers": workers,
-            "models": models,
-            "admission": {model: stats.__dict__ for model, stats in _admission_stats(state).items()},
+            "workers": [w.to_json() for w in workers],
+            "models": [m.to_json() for m in models],
+            "admission": {model: stats.to_json() for model, stats in _admission_stats(state).items()},
         },
         status_code=200 if ok else 503,
     )
 
 
-def _admission_stats(state: Host) -> dict[str, Any]:
+def _admission_stats(state: ParentState) -> dict[str, Any]:
     return {model: admission.statistics() for model, admission in state.admissions.items()}
 
 
@@ -207,6 +177,6 @@ async def openapi(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    state = host(request)
+    state = parent_state(request)
     assert state.metrics is not None
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)

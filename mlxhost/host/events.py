@@ -1,6 +1,7 @@
 """The event hub: what the host does, as a stream of numbered events for the admin API.
 
-Each event is `{"seq": n, "at": unix_ms, "type": "...", ...}`; `seq` only grows. The hub keeps a
+Producers publish records (`mlxhost.wire.admin`); the hub numbers each one and keeps it as the JSON
+`{"seq": n, "at": unix_ms, "type": "...", ...}` it sends; `seq` only grows. The hub keeps a
 bounded ring of recent events so a client can resume after a reconnect (`Last-Event-ID`), and says
 `stream.reset` when it asks for events older than the ring. Publishing never waits: a subscriber
 whose buffer is full is dropped with a last `stream.lagged` event, so a slow dashboard never slows
@@ -24,11 +25,12 @@ from typing import Any, NamedTuple
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from mlxhost.wire.admin import AdminEvent, StreamLagged, StreamReset
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 
-__all__ = ["END_HOST_STOPPING", "END_LAGGED", "Event", "EventHub", "Published", "Subscription", "end_frame"]
+__all__ = ["Event", "EventHub", "Published", "Subscription", "end_frame"]
 
-Event = dict[str, Any]
+Event = dict[str, Any]  # an event as it goes on the wire: what `AdminEvent.to_json` gives
 RING_SIZE = 2048
 RING_BYTES = 4 << 20  # encoded events; a normal event is 100-300 bytes, so the count binds first
 SUBSCRIBER_BUFFER = 512
@@ -38,9 +40,6 @@ FIELD_CHARS = MESSAGE_CHARS + 64
 CONTAINER_ITEMS = 64  # items kept of a list or dict inside an event
 CONTAINER_DEPTH = 4  # deeper values are kept as an excerpt of their text
 
-# Why the host ended an event stream, sent as `event: end` before it closes.
-END_HOST_STOPPING = "host_stopping"
-END_LAGGED = "lagged"
 
 
 def end_frame(reason: str) -> bytes:
@@ -103,10 +102,11 @@ class EventHub:
         self.published = 0
         self.dropped_subscribers = 0
 
-    def publish(self, type: str, **fields: Any) -> Event:
+    def publish(self, record: AdminEvent) -> Event:
+        """Number `record`, bound its strings, and send it to every subscriber; returns its JSON."""
         seq = next(self._seq)
-        event: Event = {"seq": seq, "at": int(time.time() * 1000), "type": type}
-        for key, value in fields.items():
+        event: Event = {"seq": seq, "at": int(time.time() * 1000), "type": record.type}
+        for key, value in record.payload().items():
             event[key] = _bounded(value)
         published = Published.encode(event)
         self.last_seq = seq
@@ -130,8 +130,8 @@ class EventHub:
             event = published.event
             # Numbered as the last event it did get: a client resuming after it (an EventSource
             # does so by itself) is sent this one, not told it already had it.
-            lagged = {"seq": event["seq"] - 1, "at": event["at"], "type": "stream.lagged"}
-            self._drop(send, Published.encode(lagged))
+            lagged = StreamLagged(seq=event["seq"] - 1, at=event["at"])
+            self._drop(send, Published.encode(lagged.to_json()))
             return
         try:
             send.send_nowait(published)
@@ -170,8 +170,8 @@ class EventHub:
         if after is not None and after < self.last_seq:
             oldest = self._ring[0].event["seq"] if self._ring else self.last_seq + 1
             if after + 1 < oldest:
-                reset = {"seq": self.last_seq, "at": int(time.time() * 1000), "type": "stream.reset"}
-                backlog = [Published.encode(reset)]
+                reset = StreamReset(seq=self.last_seq, at=int(time.time() * 1000))
+                backlog = [Published.encode(reset.to_json())]
             else:
                 backlog = [p for p in self._ring if p.event["seq"] > after]
         for published in backlog[-(self._buffer - 1) :]:

@@ -63,7 +63,7 @@ def refusal(line: ReadyLine, socket: Path) -> str | None:
     """Why a ready line does not answer the launch record for `socket`; None when it does."""
     if type(line.version) is not int or line.version != PROTOCOL_VERSION:
         return (
-            f"its ready line speaks protocol version {excerpt(line.version)}, this host "
+            f"its ready line speaks protocol version {excerpt(repr(line.version))}, this host "
             f"{PROTOCOL_VERSION}: parent and worker come from different mlxhost versions"
         )
     if line.socket != str(socket):

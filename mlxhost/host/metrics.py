@@ -7,22 +7,22 @@ state, restarts, memory) are read from the live host at scrape time, so they are
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mlxhost.host.sessions import Session
+from mlxhost.host.worker_status import WorkerState
+from mlxhost.wire.admin import HostState
 
 __all__ = ["CONTENT_TYPE", "HostMetrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-WORKER_STATES = ("starting", "ready", "restarting", "exhausted", "closed")
 
 
 class HostMetrics:
-    def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, read_state: Callable[[], HostState]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "mlxhost_requests", "Requests answered, by model and HTTP status", ["model", "status"],
@@ -71,7 +71,7 @@ class HostMetrics:
 
 
 class _LiveCollector(Collector):
-    def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, read_state: Callable[[], HostState]) -> None:
         self._read_state = read_state
 
     def collect(self) -> Iterator[Metric]:
@@ -81,10 +81,10 @@ class _LiveCollector(Collector):
         rejected = CounterMetricFamily(
             "mlxhost_admission_rejected", "Requests refused with 429, by model", labels=["model"]
         )
-        for model, stats in state["admission"].items():
-            running.add_metric([model], stats["active"])
-            waiting.add_metric([model], stats["queued"])
-            rejected.add_metric([model], stats["rejected"])
+        for model, stats in state.admission.items():
+            running.add_metric([model], stats.active)
+            waiting.add_metric([model], stats.queued)
+            rejected.add_metric([model], stats.rejected)
         restarts = CounterMetricFamily("mlxhost_worker_restarts", "Worker respawns", labels=["worker"])
         worker_state = GaugeMetricFamily(
             "mlxhost_worker_state", "1 for the state each worker is in", labels=["worker", "state"]
@@ -92,10 +92,10 @@ class _LiveCollector(Collector):
         memory = GaugeMetricFamily(
             "mlxhost_worker_memory_bytes", "The worker's latest memory reading", labels=["worker", "kind"]
         )
-        for worker in state["workers"]:
-            restarts.add_metric([worker["id"]], worker["restarts"])
-            for name in WORKER_STATES:
-                worker_state.add_metric([worker["id"], name], 1.0 if worker["state"] == name else 0.0)
-            for kind, value in (worker["memory"] or {}).items():
-                memory.add_metric([worker["id"], kind.removesuffix("_bytes")], value)
+        for worker in state.workers:
+            restarts.add_metric([worker.id], worker.restarts)
+            for name in WorkerState:
+                worker_state.add_metric([worker.id, name.value], 1.0 if worker.state == name else 0.0)
+            for kind, value in (worker.memory.__dict__ if worker.memory else {}).items():
+                memory.add_metric([worker.id, kind.removesuffix("_bytes")], value)
         yield from (running, waiting, rejected, restarts, worker_state, memory)

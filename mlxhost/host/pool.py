@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -30,6 +29,7 @@ from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.supervisor import Supervisor
 from mlxhost.host.worker_status import WorkerState, WorkerUnavailable
+from mlxhost.wire.admin import ModelEvicted, ModelRecord
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import SessionProgress
 
@@ -161,15 +161,15 @@ class ModelPool:
             for supervisor in list(self._resident.values()):
                 tg.start_soon(supervisor.stop, False)
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[ModelRecord]:
         return [
-            {
-                "id": spec.id,
-                "aliases": list(spec.aliases),
-                "path": str(self._paths[spec.id]),
-                "resident": spec.id in self._resident,
-                "default": spec is self.default,
-            }
+            ModelRecord(
+                id=spec.id,
+                aliases=tuple(spec.aliases),
+                path=str(self._paths[spec.id]),
+                resident=spec.id in self._resident,
+                default=spec is self.default,
+            )
             for spec in self.specs
         ]
 
@@ -191,7 +191,7 @@ class ModelPool:
 
     def _retire(self, supervisor: Supervisor, reason: str) -> None:
         """Out of the pool now, and unroutable; its drain and stop follow."""
-        self.events.publish("model.evicted", model=supervisor.id, reason=reason)
+        self.events.publish(ModelEvicted(model=supervisor.id, reason=reason))
         if self._resident.get(supervisor.id) is supervisor:
             del self._resident[supervisor.id]
         supervisor.retire(drain=True)

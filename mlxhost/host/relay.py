@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import anyio
 from starlette.responses import JSONResponse
@@ -33,6 +31,8 @@ from mlxhost.host.sessions import CancelReason, Outcome, Session, SessionRegistr
 from mlxhost.host.supervisor import Supervisor
 from mlxhost.host.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from mlxhost.host.worker_status import WorkerUnavailable
+from mlxhost.wire.admin import AdmissionRejected
+from mlxhost.wire.chunks import ErrorReport, StreamReader, read_whole
 from mlxhost.wire.errors import (
     AdmissionRefused,
     APIError,
@@ -66,9 +66,6 @@ HOP_BY_HOP = frozenset(
 EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
 DROP_WAIT = 2.0  # how long a session waits for its worker to say it dropped the sequence
 GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
-STREAM_TAIL = 2048  # bytes: the finish chunk, a usage chunk and [DONE] fit with room to spare
-FINISH_REASON = re.compile(rb'"finish_reason":"(\w+)"')
-FIRST_TEXT = re.compile(rb'"(?:content|text)":"[^"]')
 
 
 class SessionResponse:
@@ -199,14 +196,14 @@ class SessionResponse:
         self, session: Session, client: _Client, upstream: UpstreamResponse, supervisor: Supervisor, pid: int
     ) -> Outcome:
         await client.start(upstream.status_code, upstream.headers)
-        tail = b""
+        # The reader beside the chunks' writer reads the frames as they go past: the first
+        # text (time to first token), and at the end the finish reason or the error.
+        reader = StreamReader()
         try:
             async for chunk in upstream.aiter_raw():
-                if session.first_token_at is None and FIRST_TEXT.search(chunk):
+                reader.feed(chunk)
+                if session.first_token_at is None and reader.text_seen:
                     session.first_token_at = time.monotonic()
-                # Only the last frames carry the finish reason or an error: keep just those,
-                # and read them once the stream has ended, not on every chunk.
-                tail = (tail + chunk)[-STREAM_TAIL:]
                 await client.body(chunk)
         except UpstreamBroken:
             self._holder = None
@@ -215,9 +212,7 @@ class SessionResponse:
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
         session.advance(SessionState.SETTLING)
         await client.body(b"", more=False)
-        if (finish := _last(FINISH_REASON, tail)) is not None:
-            return Outcome.completed(finish.decode())
-        return _outcome_of_stream_error(tail)
+        return _outcome_of_stream(reader)
 
 
 class _Client:
@@ -282,8 +277,9 @@ class _Client:
 def refusal(model: str, admission: Admission, events: EventHub, session: str | None = None) -> AdmissionRefused:
     """The 429 for a request the model's admission turned away, announced to the operator."""
     stats = admission.statistics()
-    who = {"session": session} if session else {}  # none when refused before a session opened
-    events.publish("admission.rejected", **who, model=model, active=stats.active, queued=stats.queued)
+    # No session when refused before one opened.
+    rejected = AdmissionRejected(session=session or None, model=model, active=stats.active, queued=stats.queued)
+    events.publish(rejected)
     return AdmissionRefused(
         f"the model '{model}' is at capacity ({stats.active} running, {stats.queued} waiting); "
         "try again shortly",
@@ -339,41 +335,29 @@ def _sse_error(error: APIError) -> bytes:
     return b"\n\ndata: " + json.dumps(error.body()).encode() + b"\n\ndata: [DONE]\n\n"
 
 
-def _last(pattern: re.Pattern[bytes], data: bytes) -> bytes | None:
-    found = None
-    for found in pattern.finditer(data):  # noqa: B007
-        pass
-    return found.group(1) if found else None
-
-
 def _outcome_of_whole(status: int, content: bytes, session: Session) -> Outcome:
-    try:
-        data: Any = json.loads(content)
-    except ValueError:
-        data = None
-    if 200 <= status < 300 and isinstance(data, dict):
-        usage = data.get("usage") or {}
-        session.tokens = usage.get("completion_tokens", session.tokens)
-        session.prompt_tokens = usage.get("prompt_tokens", session.prompt_tokens)
-        choices = data.get("choices") or [{}]
-        return Outcome.completed(choices[0].get("finish_reason"))
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict):
-        if error.get("code") == "shutting_down":
-            return Outcome.cancelled(CancelReason.SHUTDOWN)
-        return Outcome.failed(str(error.get("code") or status), str(error.get("message", "")))
+    reading = read_whole(content)
+    if reading is None:
+        return Outcome.failed(str(status), "the worker answered with an error")
+    if 200 <= status < 300:
+        if reading.usage is not None:
+            session.tokens = reading.usage.completion_tokens
+            session.prompt_tokens = reading.usage.prompt_tokens
+        return Outcome.completed(reading.finish_reason)
+    if reading.error is not None:
+        return _outcome_of_error(reading.error, reading.error.code or str(status))
     return Outcome.failed(str(status), "the worker answered with an error")
 
 
-def _outcome_of_stream_error(tail: bytes) -> Outcome:
-    start = tail.rfind(b'data: {"error"')
-    if start >= 0:
-        line = tail[start + 6 :].split(b"\n", 1)[0]
-        try:
-            error = json.loads(line)["error"]
-        except (ValueError, KeyError, TypeError):
-            error = {}
-        if error.get("code") == "shutting_down":
-            return Outcome.cancelled(CancelReason.SHUTDOWN)
-        return Outcome.failed(str(error.get("code")), str(error.get("message", "")))
+def _outcome_of_stream(reader: StreamReader) -> Outcome:
+    if reader.finish_reason is not None:
+        return Outcome.completed(reader.finish_reason)
+    if reader.error is not None:
+        return _outcome_of_error(reader.error, str(reader.error.code))
     return Outcome.failed("incomplete", "the worker's stream ended without a finish reason")
+
+
+def _outcome_of_error(error: ErrorReport, code: str) -> Outcome:
+    if error.code == "shutting_down":
+        return Outcome.cancelled(CancelReason.SHUTDOWN)
+    return Outcome.failed(code, error.message)

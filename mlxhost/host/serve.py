@@ -17,14 +17,17 @@ import anyio
 from mlxhost.client.discovery import announce, withdraw
 from mlxhost.config import ConfigError, Settings, binds
 from mlxhost.errors import StartupError
-from mlxhost.host.app import Host, create_host_app
+from mlxhost.host.app import create_host_app
 from mlxhost.host.events import EventHub
 from mlxhost.host.pool import ModelPool
 from mlxhost.host.sessions import CancelReason, SessionRegistry
+from mlxhost.host.state import ParentState
 from mlxhost.models import model_specs, resolve_model
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener, serve_in
+from mlxhost.runtime.ready import report_ready
 from mlxhost.runtime.shutdown import Shutdown
+from mlxhost.wire.admin import HostStarted, HostStopping
 from mlxhost.wire.layout import ADMIN_TOKEN_FILE, HOST_READY
 
 __all__ = ["make_runtime_dir", "serve_host"]
@@ -75,7 +78,7 @@ async def serve_host(settings: Settings) -> None:
                 settings, specs, paths, runtime_dir, events, sessions.progress
             ) as pool:
                 app = create_host_app(pool, settings, sessions, token_file.read_text(), keys)
-                events.publish("host.started", pid=os.getpid(), models=[s.id for s in specs])
+                events.publish(HostStarted(pid=os.getpid(), models=tuple(s.id for s in specs)))
                 async with anyio.create_task_group() as preloading:
                     # A signal during a slow first load stops waiting for it.
                     preloading.start_soon(_cancel_on, shutdown.requested, preloading.cancel_scope)
@@ -89,9 +92,10 @@ async def serve_host(settings: Settings) -> None:
                     ", ".join(s.id for s in specs),
                     " and ".join(listener.addresses),
                 )
+                report_ready([s.id for s in specs], listener.addresses)
                 stop = anyio.Event()
                 async with anyio.create_task_group() as serving:
-                    serving.start_soon(_drain_on_shutdown, app.state.host, pool, shutdown, stop)
+                    serving.start_soon(_drain_on_shutdown, app.state.parent, pool, shutdown, stop)
                     serve_in(serving, listener, app, stop)
             tg.cancel_scope.cancel()
     finally:
@@ -104,14 +108,14 @@ async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _drain_on_shutdown(host: Host, pool: ModelPool, shutdown: Shutdown, stop: anyio.Event) -> None:
+async def _drain_on_shutdown(host: ParentState, pool: ModelPool, shutdown: Shutdown, stop: anyio.Event) -> None:
     await shutdown.requested.wait()
     grace = host.settings.shutdown_grace
     logger.info(
         "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
     )
     host.accepting = False
-    host.events.publish("host.stopping", reason=shutdown.reason, grace_s=grace)
+    host.events.publish(HostStopping(reason=shutdown.reason, grace_s=grace))
     await shutdown.wait_grace(grace, host.sessions.wait_empty)
     # Cancelled sessions end their streams with an error chunk saying why: let them write it
     # before Hypercorn closes the connections.

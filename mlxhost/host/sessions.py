@@ -23,12 +23,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
 from mlxhost.host.events import EventHub
-from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.admin import Outcome, SessionClosed, SessionOpened, SessionProgressed, SessionRecord
 from mlxhost.wire.launch import SessionProgress
 
 __all__ = ["CancelReason", "Outcome", "Session", "SessionRegistry", "SessionState"]
@@ -53,30 +52,6 @@ class CancelReason(enum.StrEnum):
     REQUESTED = "requested"
     SHUTDOWN = "shutdown"
     WORKER_EXITED = "worker_exited"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    kind: str  # "completed", "cancelled" or "failed"
-    finish_reason: str | None = None  # completed
-    reason: str | None = None  # cancelled
-    code: str | None = None  # failed
-    message: str | None = None  # failed
-
-    @classmethod
-    def completed(cls, finish_reason: str | None) -> Outcome:
-        return cls("completed", finish_reason=None if finish_reason is None else excerpt(finish_reason))
-
-    @classmethod
-    def cancelled(cls, reason: CancelReason) -> Outcome:
-        return cls("cancelled", reason=reason.value)
-
-    @classmethod
-    def failed(cls, code: str, message: str) -> Outcome:
-        return cls("failed", code=excerpt(code), message=excerpt(message, MESSAGE_CHARS))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 _numbers = itertools.count(1)
@@ -116,18 +91,18 @@ class Session:
         if self.state is not SessionState.CLOSED:
             self.state = state
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "model": self.model,
-            "stream": self.stream,
-            "state": self.state.value,
-            "opened_at": self.opened_at,
-            "age_s": round((self.closed_at or time.time()) - self.opened_at, 3),
-            "tokens": self.tokens,
-            "tokens_per_s": self.tokens_per_s,
-            "outcome": self.outcome.as_dict() if self.outcome else None,
-        }
+    def snapshot(self) -> SessionRecord:
+        return SessionRecord(
+            id=self.id,
+            model=self.model,
+            stream=self.stream,
+            state=self.state.value,
+            opened_at=self.opened_at,
+            age_s=round((self.closed_at or time.time()) - self.opened_at, 3),
+            tokens=self.tokens,
+            tokens_per_s=self.tokens_per_s,
+            outcome=self.outcome,
+        )
 
 
 class SessionRegistry:
@@ -149,7 +124,7 @@ class SessionRegistry:
         self.opened += 1
         if self._empty.is_set():
             self._empty = anyio.Event()
-        self.events.publish("session.opened", session=session.id, model=model, stream=stream)
+        self.events.publish(SessionOpened(session=session.id, model=model, stream=stream))
         return session
 
     def progress(self, report: SessionProgress) -> None:
@@ -161,11 +136,9 @@ class SessionRegistry:
             session.tokens_per_s = report.tokens_per_s
             session.prompt_tokens = report.prompt_tokens
             self.events.publish(
-                "session.progress",
-                session=session.id,
-                model=session.model,
-                tokens=report.tokens,
-                tokens_per_s=report.tokens_per_s,
+                SessionProgressed(
+                    session=session.id, model=session.model, tokens=report.tokens, tokens_per_s=report.tokens_per_s
+                )
             )
 
     def advance(self, session: Session, state: SessionState) -> None:
@@ -188,12 +161,13 @@ class SessionRegistry:
         if self.on_close is not None:
             self.on_close(session)
         self.events.publish(
-            "session.closed",
-            session=session.id,
-            model=session.model,
-            tokens=session.tokens,
-            age_ms=int((session.closed_at - session.opened_at) * 1000),
-            **outcome.as_dict(),
+            SessionClosed(
+                session=session.id,
+                model=session.model,
+                tokens=session.tokens,
+                age_ms=int((session.closed_at - session.opened_at) * 1000),
+                outcome=outcome,
+            )
         )
 
     def get(self, session_id: str) -> Session | None:

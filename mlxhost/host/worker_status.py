@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+
+from mlxhost.wire.admin import ExitRecord
 
 __all__ = ["WorkerExit", "WorkerState", "WorkerUnavailable"]
 
@@ -46,12 +47,13 @@ class WorkerExit:
             return self.reason or "unknown"
         return f"{how}: {self.reason}" if self.reason else how
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "code": self.code,
-            "signal": self.signal,
-            "uptime_s": round(self.uptime, 3),
-            "ready": self.ready,
-            "reason": self.reason,
-        }
+    def record(self) -> ExitRecord:
+        """What the admin API says of it."""
+        return ExitRecord(
+            pid=self.pid,
+            code=self.code,
+            signal=self.signal,
+            uptime_s=round(self.uptime, 3),
+            ready=self.ready,
+            reason=self.reason,
+        )

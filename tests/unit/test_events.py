@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 
 from mlxhost.host.admin import admin_routes
 from mlxhost.host.events import EventHub
+from mlxhost.wire.admin import HostStopping, Outcome, SessionClosed, SessionOpened, UnknownEvent
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 
 FIELD_CHARS = MESSAGE_CHARS + 64  # what a string field keeps: a message excerpt made upstream, whole
@@ -28,18 +29,27 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def tick(n: int, **more: Any) -> UnknownEvent:
+    """An event of a type no client knows: the hub carries it all the same."""
+    return UnknownEvent.of({"type": "tick", "n": n, **more})
+
+
 def test_client_text_in_an_event_is_cut_short_and_its_controls_escaped() -> None:
     hub = EventHub()
     huge = "x" * 1_000_000
     event = hub.publish(
-        "session.closed",
-        session="s-1",
-        model=EVIL + huge,
-        message=f"unknown field '{huge}'",
-        last_exit={"reason": EVIL * 3, huge: [EVIL, huge]},
-        tokens=3,
-        stream=True,
-        tokens_per_s=1.5,
+        UnknownEvent.of(
+            {
+                "type": "session.closed",
+                "session": "s-1",
+                "model": EVIL + huge,
+                "message": f"unknown field '{huge}'",
+                "last_exit": {"reason": EVIL * 3, huge: [EVIL, huge]},
+                "tokens": 3,
+                "stream": True,
+                "tokens_per_s": 1.5,
+            }
+        )
     )
     assert event["session"] == "s-1" and event["tokens"] == 3 and event["stream"] is True
     assert event["tokens_per_s"] == 1.5
@@ -57,7 +67,8 @@ def test_client_text_in_an_event_is_cut_short_and_its_controls_escaped() -> None
 
 def test_a_message_already_cut_upstream_passes_whole() -> None:
     message = excerpt("y" * 10_000, MESSAGE_CHARS)
-    assert EventHub().publish("session.closed", message=message)["message"] == message
+    closed = SessionClosed(session="s-1", model="m", tokens=0, age_ms=1, outcome=Outcome("failed", message=message))
+    assert EventHub().publish(closed)["message"] == message
 
 
 def test_a_hundred_megabyte_messages_cost_the_hub_next_to_nothing() -> None:
@@ -67,8 +78,9 @@ def test_a_hundred_megabyte_messages_cost_the_hub_next_to_nothing() -> None:
         before, _ = tracemalloc.get_traced_memory()
         for n in range(100):
             name = chr(65 + n % 26) * 1_000_000  # a new megabyte each time
-            hub.publish("session.closed", session=f"s-{n}", message=f"unknown field '{name}'")
-        del name
+            outcome = Outcome("failed", code="invalid_request", message=f"unknown field '{name}'")
+            hub.publish(SessionClosed(session=f"s-{n}", model="m", tokens=0, age_ms=1, outcome=outcome))
+        del name, outcome
         after, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -79,7 +91,7 @@ def test_the_ring_is_bounded_by_bytes_as_well_as_by_count() -> None:
     async def main() -> None:
         hub = EventHub(ring_size=1000, ring_bytes=20_000)
         for n in range(200):
-            hub.publish("tick", n=n, text="z" * 400)
+            hub.publish(tick(n, text="z" * 400))
         assert hub.ring_bytes <= 20_000
         # Resuming within what is kept works; before it, the client is told to start over.
         recent = hub.subscribe(after=198)  # seq n + 1
@@ -94,8 +106,8 @@ def test_the_ring_is_bounded_by_bytes_as_well_as_by_count() -> None:
 
 def test_the_newest_event_is_kept_whatever_its_size() -> None:
     hub = EventHub(ring_bytes=10)
-    hub.publish("tick", n=1)
-    hub.publish("tick", n=2)
+    hub.publish(tick(1))
+    hub.publish(tick(2))
     assert [p.event["n"] for p in hub._ring] == [2]
 
 
@@ -103,7 +115,7 @@ def test_each_event_is_encoded_once_and_its_frame_is_what_subscribers_get() -> N
     async def main() -> None:
         hub = EventHub()
         subscription = hub.subscribe()
-        event = hub.publish("session.opened", session="s-1", model="m")
+        event = hub.publish(SessionOpened(session="s-1", model="m", stream=False))
         published = await subscription.receive()
         assert published.event is event and published is hub._ring[-1]
         assert published.frame == f"id: {event['seq']}\ndata: {json.dumps(event)}\n\n".encode()
@@ -117,7 +129,7 @@ def test_each_event_is_encoded_once_and_its_frame_is_what_subscribers_get() -> N
 
 def admin_app(hub: EventHub) -> Starlette:
     app = Starlette(routes=admin_routes)
-    app.state.host = SimpleNamespace(events=hub, admin_token=None, settings=SimpleNamespace(idle_timeout=30.0))
+    app.state.parent = SimpleNamespace(events=hub, admin_token=None, settings=SimpleNamespace(idle_timeout=30.0))
     return app
 
 
@@ -144,7 +156,7 @@ async def read_events(hub: EventHub, then: Any) -> str:
 async def test_a_lagging_stream_ends_with_event_end() -> None:
     def flood(hub: EventHub) -> None:
         for n in range(1000):  # never yields: the subscriber cannot keep up
-            hub.publish("tick", n=n)
+            hub.publish(tick(n))
 
     body = await read_events(EventHub(subscriber_buffer=8), flood)
     frames = body.strip().split("\n\n")
@@ -158,7 +170,7 @@ async def test_a_lagging_stream_ends_with_event_end() -> None:
 @pytest.mark.anyio
 async def test_a_stream_the_hub_closes_ends_with_event_end() -> None:
     def stop(hub: EventHub) -> None:
-        hub.publish("host.stopping", reason="SIGTERM", grace_s=1.0)
+        hub.publish(HostStopping(reason="SIGTERM", grace_s=1.0))
         hub.close()
 
     body = await read_events(EventHub(), stop)

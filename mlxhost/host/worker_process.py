@@ -1,0 +1,259 @@
+"""One worker process, from spawn to exit: start it, hear it out, watch it, stop it, say how it ended.
+
+The process gets its launch record on stdin and answers on stdout (`mlxhost.wire.launch`): a ready
+line, then memory readings and session progress, which go to the supervisor's callbacks; any other
+line, on stdout or stderr, is the worker's log. A ready line that does not answer the launch record,
+or none within `load_timeout`, gets the process killed. Once ready, it is watched until it exits,
+stops answering its health check (then it is killed as hung), or the supervisor asks it to end.
+
+Ending it: the supervisor's `drain` first, then SIGTERM, then SIGKILL after its `shutdown_grace`
+and `stop_timeout`. Workers run in a session of their own, so a terminal's Ctrl-C reaches the
+parent only. The exit is classified as a `WorkerExit`: the signal or status, the reason (a refused
+ready line, a timeout, the worker's last words on stderr, a hang), and whether it is permanent
+(exit status 2 before ready is a launch mismatch that no retry would change).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from mlxhost.config import Settings
+from mlxhost.host.launch import lines, refusal, worker_command
+from mlxhost.host.liveness import wait_hung
+from mlxhost.host.worker_status import WorkerExit
+from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.launch import (
+    EXIT_BAD_LAUNCH,
+    LaunchRecord,
+    MemoryReading,
+    ReadyLine,
+    SessionProgress,
+    parse_line,
+)
+
+__all__ = ["STDERR_KEPT", "WorkerProcess", "exit_of"]
+
+# The supervisor's logger: these lines read as the supervisor's, as they always have.
+logger = logging.getLogger("mlxhost.supervisor")
+
+STDERR_KEPT = 20
+
+
+class _Start:
+    """What a starting worker has said: whether it is ready, and why its ready line is refused."""
+
+    def __init__(self) -> None:
+        self.ready = anyio.Event()
+        self.refused: str | None = None
+
+
+def exit_of(
+    pid: int | None,
+    code: int | None,
+    uptime: float,
+    was_ready: bool,
+    reason: str | None,
+    stderr_tail: Iterable[str] = (),
+    hung: str | None = None,
+    fallback: str | None = None,
+    permanent: bool = False,
+) -> WorkerExit:
+    """How a process ended, from its return code (negative: the signal) and what was seen of it.
+
+    The reason is the first known of: the one given, the last stderr line of a worker that never
+    became ready, its hang, the fallback.
+    """
+    signame = None
+    if code is not None and code < 0:
+        signame = signal.Signals(-code).name
+        code = None
+    tail = list(stderr_tail)
+    if reason is None and not was_ready and tail:
+        reason = tail[-1]
+    if reason is None and hung:
+        reason = f"hung: {hung}"
+    reason = reason or fallback
+    # Exit status 2 before ready is the worker refusing its launch record (another version).
+    permanent = permanent or (not was_ready and code == EXIT_BAD_LAUNCH)
+    return WorkerExit(pid, code, signame, uptime, was_ready, reason, permanent)
+
+
+class WorkerProcess:
+    """One spawn of a model's worker. `run` returns its exit; `kill` ends it at once."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        socket_path: Path,
+        settings: Settings,
+        *,
+        on_spawned: Callable[[int], None],
+        on_ready: Callable[[int, float], None],
+        on_memory: Callable[[MemoryReading], None],
+        on_progress: Callable[[SessionProgress], None] | None,
+        drain: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.id = worker_id
+        self.socket_path = socket_path
+        self.settings = settings
+        self._on_spawned = on_spawned  # its pid, once it runs
+        self._on_ready = on_ready  # its pid and the seconds it took, once its ready line is accepted
+        self._on_memory = on_memory
+        self._on_progress = on_progress
+        self._drain = drain  # before it is asked to stop: let its requests finish
+        self.process: anyio.abc.Process | None = None  # while it runs
+        self.exit: WorkerExit | None = None  # once it ended (set even if `run` is cancelled)
+        self._hung: str | None = None  # why the liveness watch killed it
+
+    def kill(self) -> None:
+        """SIGKILL the process now, if it runs; never a pid that may have been reused."""
+        process = self.process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+
+    async def run(self, record: LaunchRecord, terminate: anyio.Event) -> WorkerExit:
+        """Spawn it and serve until it exits; `terminate` asks it to end (drained, then signalled)."""
+        spawned = time.monotonic()
+        try:
+            # A session of its own: signals meant for the parent's terminal (Ctrl-C) skip it.
+            process = await anyio.open_process(worker_command(self.settings), start_new_session=True)
+        except (OSError, ValueError) as exc:  # no such file, not executable, EMFILE, bad command
+            why = f"cannot start the worker: {excerpt(exc, MESSAGE_CHARS)}"
+            self.exit = exit_of(None, None, time.monotonic() - spawned, False, why)
+            return self.exit
+        self.process = process
+        self._on_spawned(process.pid)
+        stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
+        start = _Start()
+        exit_reason: str | None = None
+        unsent: str | None = None  # why the launch record could not be written
+        try:
+            assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+            stdout_done, stderr_done = anyio.Event(), anyio.Event()
+            async with anyio.create_task_group() as readers:
+                readers.start_soon(self._read_stdout, process.stdout, start, stdout_done)
+                readers.start_soon(self._read_stderr, process.stderr, stderr_tail, stderr_done)
+                try:
+                    await process.stdin.send(record.encode())
+                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                    # It ended (or shut its stdin) before reading the record; its stderr may say why.
+                    unsent = f"could not send the launch record: {excerpt(exc, MESSAGE_CHARS)}"
+                    process.kill()
+                else:
+                    with anyio.move_on_after(self.settings.load_timeout):
+                        await _first_of(start.ready.wait, process.wait, terminate.wait)
+                alive = process.returncode is None and not terminate.is_set()
+                if start.refused is not None:
+                    exit_reason = start.refused
+                    if process.returncode is None:
+                        logger.error("worker %s: %s; killing it", self.id, exit_reason)
+                        process.kill()
+                elif alive and start.ready.is_set():
+                    self._on_ready(process.pid, time.monotonic() - spawned)
+                    await _first_of(process.wait, terminate.wait, lambda: self._watch_liveness(process))
+                elif alive and unsent is None:
+                    exit_reason = f"did not become ready within {self.settings.load_timeout:g}s"
+                    logger.error("worker %s: %s; killing it", self.id, exit_reason)
+                    process.kill()
+                if terminate.is_set() and process.returncode is None:
+                    await self._stop(process)
+                await process.wait()
+                # Read its last words (the reason it gave on stderr); its pipes close with it,
+                # unless something it started holds them open.
+                with anyio.move_on_after(1.0):
+                    await stdout_done.wait()
+                    await stderr_done.wait()
+                readers.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                await process.aclose()
+            self.process = None
+            self.exit = exit_of(
+                process.pid,
+                process.returncode,
+                time.monotonic() - spawned,
+                start.ready.is_set() and start.refused is None,
+                exit_reason,
+                stderr_tail,
+                hung=self._hung,
+                fallback=unsent,
+                permanent=start.refused is not None,
+            )
+        return self.exit
+
+    async def _watch_liveness(self, process: anyio.abc.Process) -> None:
+        """Return (and so end the process) once the worker stops answering its health check.
+
+        A worker that is stopped or wedged, not dead, would otherwise hold its clients forever.
+        """
+        settings = self.settings
+        why = await wait_hung(self.socket_path, settings.health_interval, settings.health_timeout)
+        if process.returncode is None:
+            logger.error("worker %s: pid %d is hung (%s); killing it", self.id, process.pid, why)
+            self._hung = why
+            process.kill()
+
+    async def _stop(self, process: anyio.abc.Process) -> None:
+        await self._drain()
+        process.terminate()
+        # The worker finishes what it still runs within its own shutdown_grace.
+        with anyio.move_on_after(self.settings.shutdown_grace + self.settings.stop_timeout):
+            await process.wait()
+            return
+        logger.warning("worker %s: did not stop after SIGTERM; killing it", self.id)
+        process.kill()
+
+    async def _read_stdout(self, stream: anyio.abc.ByteReceiveStream, start: _Start, done: anyio.Event) -> None:
+        log = logging.getLogger(f"mlxhost.worker.{self.id}")
+        try:
+            async for line in lines(stream):
+                message = parse_line(line)
+                if isinstance(message, ReadyLine):
+                    if not start.ready.is_set():
+                        start.refused = refusal(message, self.socket_path)
+                        start.ready.set()
+                elif isinstance(message, MemoryReading):
+                    self._on_memory(message)
+                elif isinstance(message, SessionProgress):
+                    if self._on_progress is not None:
+                        self._on_progress(message)
+                else:
+                    log.info("%s", line)
+        finally:
+            done.set()
+
+    async def _read_stderr(
+        self, stream: anyio.abc.ByteReceiveStream, tail: collections.deque[str], done: anyio.Event
+    ) -> None:
+        log = logging.getLogger(f"mlxhost.worker.{self.id}")
+        try:
+            async for line in lines(stream):
+                tail.append(excerpt(line, MESSAGE_CHARS))  # the last one may become an exit's reason
+                log.info("%s", line)
+        finally:
+            done.set()
+
+
+async def _first_of(*waits: Any) -> None:
+    async with anyio.create_task_group() as tg:
+
+        async def run(wait: Any) -> None:
+            await wait()
+            tg.cancel_scope.cancel()
+
+        for wait in waits:
+            tg.start_soon(run, wait)
