@@ -13,8 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, Callable
-from typing import Any, cast
+from collections.abc import Callable
 
 import httpx
 from textual import work
@@ -22,9 +21,9 @@ from textual.app import App
 from textual.screen import Screen
 
 from mlxhost.client.admin import AdminClient, Target
-from mlxhost.host.events import END_HOST_STOPPING, END_LAGGED
+from mlxhost.wire.admin import END_HOST_STOPPING, END_LAGGED, BadRecord, StreamLagged, StreamReset
+from mlxhost_tui.model import host_identity
 from mlxhost_tui.screens import MainScreen
-from mlxhost_tui.state import host_identity
 
 __all__ = ["ConsoleApp", "make_app"]
 
@@ -87,25 +86,24 @@ class ConsoleApp(App[None]):
         while True:
             try:
                 async with AdminClient(self.target) as client:
-                    state = await client.state()
-                    if host_identity(state) != self.main.host:
-                        after = max(0, state["seq"] - BACKLOG)  # some history for the log
+                    state = await client.snapshot()
+                    if host_identity(state) != self.main.model.identity:
+                        after = max(0, state.seq - BACKLOG)  # some history for the log
                     elif resync:
-                        after = state["seq"]
+                        after = state.seq
                     else:
-                        after = self.main.logged  # resume: the host replays what we missed
+                        after = self.main.model.logged  # resume: the host replays what we missed
                     self.main.ingest(state=state)
                     self.main.set_connection("connected")
                     delay, resync = RETRY_FIRST_S, False
                     # The generator holds the response open: close it as soon as we stop reading.
-                    stream = cast(AsyncGenerator[dict[str, Any], None], client.events(after=after))
-                    async with contextlib.aclosing(stream) as events:
+                    async with contextlib.aclosing(client.watch(after=after)) as events:
                         async for event in events:
                             self.main.ingest(events=[event])
-                            if event["type"] == "stream.reset":
+                            if isinstance(event, StreamReset):
                                 resync = True
                                 break
-                            if event["type"] == "stream.lagged":
+                            if isinstance(event, StreamLagged):
                                 break  # reconnect at once, resuming after the last event we have
                         else:
                             # The host ended the stream on purpose (`event: end`); a cut one
@@ -114,7 +112,7 @@ class ConsoleApp(App[None]):
                                 continue
                             why = ENDINGS.get(client.end_reason or "", "the host ended the event stream")
                             raise StreamEnded(why)
-            except (httpx.HTTPError, OSError, json.JSONDecodeError, StreamEnded) as exc:
+            except (httpx.HTTPError, OSError, json.JSONDecodeError, BadRecord, StreamEnded) as exc:
                 self.main.set_connection("disconnected", _why(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
@@ -129,15 +127,15 @@ class ConsoleApp(App[None]):
                     failures = 0
                     continue
                 try:
-                    state = await client.state()
-                except (httpx.HTTPError, OSError, json.JSONDecodeError):
+                    state = await client.snapshot()
+                except (httpx.HTTPError, OSError, json.JSONDecodeError, BadRecord):
                     failures += 1
                     if failures >= POLL_FAILURES:
                         failures = 0
                         self.watch_host()  # the stream may hang on a dead connection: start again
                     continue
                 failures = 0
-                if host_identity(state) != self.main.host:
+                if host_identity(state) != self.main.model.identity:
                     self.watch_host()  # another host now answers here: the stream starts over
                     continue
                 self.main.ingest(state=state)

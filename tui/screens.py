@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,7 +13,8 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from mlxhost_tui.state import HostInfo, host_identity, strip_controls
+from mlxhost.wire.admin import AdminEvent, HostState
+from mlxhost_tui.model import ConsoleModel, Note, strip_controls
 from mlxhost_tui.widgets import AdmissionPanel, EventLog, FilterInput, SessionsTable, StatusBar, WorkersTable
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ConfirmScreen", "HelpScreen", "MainScreen"]
 
-Event = dict[str, Any]
 TICK_S = 1.0
 
 
@@ -133,15 +133,13 @@ class MainScreen(Screen[None]):
     def __init__(self, where: str, clock: Callable[[], float]) -> None:
         super().__init__()
         self.clock = clock
-        self.status = StatusBar(where, clock)
-        self.worker_table = WorkersTable(clock)
-        self.admission = AdmissionPanel()
-        self.session_table = SessionsTable(clock)
+        self.model = ConsoleModel()
+        self.status = StatusBar(where, self.model, clock)
+        self.worker_table = WorkersTable(self.model, clock)
+        self.admission = AdmissionPanel(self.model)
+        self.session_table = SessionsTable(self.model, clock)
         self.event_log = EventLog()
         self.filter = FilterInput()
-        self.host: tuple[int, float] | None = None
-        self.seq = 0  # the last event folded into the panels
-        self.logged = 0  # the last event written to the log
         self._redraw_pending = False
 
     def compose(self) -> ComposeResult:
@@ -164,48 +162,14 @@ class MainScreen(Screen[None]):
 
     # -- what the host says ----------------------------------------------------------------
 
-    def ingest(self, state: dict[str, Any] | None = None, events: Iterable[Event] = ()) -> None:
-        """Fold a state snapshot, then events, into the panels, each event once, in `seq` order.
-
-        A snapshot as new as what the panels show replaces it; an older one (a poll that crossed
-        events on the way) only refreshes what no event reports: admission counts, session states.
-        """
-        now = self.clock()
-        # Everything below draws what the host said: nothing of it reaches the terminal raw.
-        state = strip_controls(state)
-        events = [strip_controls(event) for event in events]
-        if state is not None:
-            identity = host_identity(state)
-            if identity != self.host:
-                if self.host is not None:
-                    self.event_log.note(f"a new host, pid {identity[0]}")
-                    self.worker_table.known.clear()  # its workers' history is not theirs
-                self.host, self.seq, self.logged = identity, 0, 0
-            stale = state["seq"] < self.seq
-            self.worker_table.load(state, now, stale)
-            self.session_table.load(state, now, stale)
-            self.admission.load(state)
-            if not stale:
-                self.status.host = HostInfo.from_state(state, now)
-                self.seq = state["seq"]
-            elif self.status.host is not None:
-                self.status.host.accepting = state["host"]["accepting"]
-        for event in events:
-            if event["type"].startswith("stream."):
-                self.event_log.add(event)  # about the stream, not the host: it moves no seq
-                continue
-            seq = event["seq"]
-            if seq > self.logged:
-                self.event_log.add(event)
-                self.logged = seq
-            if seq <= self.seq:
-                continue  # the snapshot already holds it
-            self.seq = seq
-            self.worker_table.apply(event)
-            self.session_table.apply(event)
-            self.admission.apply(event)
-            if self.status.host is not None:
-                self.status.host.on_event(event)
+    def ingest(self, state: HostState | None = None, events: Iterable[AdminEvent] = ()) -> None:
+        """Fold a state snapshot, then events, into the model (see `ConsoleModel.ingest`), log
+        what the log gains, and draw once."""
+        for entry in self.model.ingest(self.clock(), state, events):
+            if isinstance(entry, Note):
+                self.event_log.note(entry.message)
+            else:
+                self.event_log.add(entry)
         # Events come in bursts (progress, four a second per session): draw once per burst.
         if not self._redraw_pending:
             self._redraw_pending = True
@@ -228,12 +192,10 @@ class MainScreen(Screen[None]):
         self._redraw_pending = False
         if not self.is_mounted:
             return
-        self.session_table.expire(self.clock())
+        self.model.expire(self.clock())
         self.worker_table.redraw()
         self.session_table.redraw()
         self.admission.redraw()
-        self.status.seq = self.seq
-        self.status.live = self.session_table.live
         self.status.refresh()
 
     # -- filter ----------------------------------------------------------------------------

@@ -3,7 +3,6 @@ fixed state, and once in a real terminal (tmux)."""
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -21,15 +20,16 @@ from typing import Any
 
 import anyio
 import pytest
-from tests.conftest import Server, start_server
 from rich.console import Console
 from textual.pilot import Pilot
 
-import mlxhost_tui.state
+import mlxhost_tui.parts
 from mlxhost.client.admin import Target
+from mlxhost.testing import RunningHost, start_host
 from mlxhost_tui.app import ConsoleApp, make_app
 from mlxhost_tui.screens import ConfirmScreen, HelpScreen
 from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
+from tests.unit import test_console_model as given  # the fixed state the snapshots draw
 
 CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "temperature": 0, "stream": True}
 SIZE = (100, 30)
@@ -41,20 +41,20 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def host(tiny_model: Path) -> Iterator[Server]:
-    server = start_server("--model", str(tiny_model))
+def host(tiny_model: Path) -> Iterator[RunningHost]:
+    server = start_host("--model", str(tiny_model))
     yield server
     server.stop()
 
 
-def console(server: Server) -> ConsoleApp:
+def console(server: RunningHost) -> ConsoleApp:
     return make_app(Target(url=server.url, token=server.admin_token))
 
 
 class Stream(threading.Thread):
     """A client's streaming chat completion, read to its end in a thread."""
 
-    def __init__(self, server: Server, max_tokens: int) -> None:
+    def __init__(self, server: RunningHost, max_tokens: int) -> None:
         super().__init__(daemon=True)
         self.server, self.max_tokens = server, max_tokens
         self.session: str | None = None
@@ -85,8 +85,8 @@ def log_text(app: ConsoleApp) -> str:
 
 
 @pytest.mark.anyio
-async def test_a_stream_shows_up_as_a_session_then_its_outcome(host: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mlxhost_tui.state, "LINGER_S", 1.5)
+async def test_a_stream_shows_up_as_a_session_then_its_outcome(host: RunningHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mlxhost_tui.parts, "LINGER_S", 1.5)
     app = console(host)
     async with app.run_test(size=SIZE) as pilot:
         sessions = app.query_one(SessionsTable)
@@ -107,7 +107,7 @@ async def test_a_stream_shows_up_as_a_session_then_its_outcome(host: Server, mon
 
 
 @pytest.mark.anyio
-async def test_c_cancels_the_selected_session_after_confirmation(host: Server) -> None:
+async def test_c_cancels_the_selected_session_after_confirmation(host: RunningHost) -> None:
     app = console(host)
     async with app.run_test(size=SIZE) as pilot:
         sessions = app.query_one(SessionsTable)
@@ -116,7 +116,7 @@ async def test_c_cancels_the_selected_session_after_confirmation(host: Server) -
         await until(pilot, lambda: stream.session in sessions.rows, "the session is listed")
         sid = stream.session
         assert sid is not None
-        await until(pilot, lambda: sessions.known[sid].tokens > 0, "it makes tokens")
+        await until(pilot, lambda: app.main.model.sessions[sid].tokens > 0, "it makes tokens")
         sessions.move_cursor(row=sessions.get_row_index(sid))
         await pilot.press("c")
         assert isinstance(app.screen, ConfirmScreen)
@@ -132,7 +132,7 @@ async def test_c_cancels_the_selected_session_after_confirmation(host: Server) -
 
 
 @pytest.mark.anyio
-async def test_r_restarts_the_selected_worker(host: Server) -> None:
+async def test_r_restarts_the_selected_worker(host: RunningHost) -> None:
     app = console(host)
     async with app.run_test(size=SIZE) as pilot:
         workers = app.query_one(WorkersTable)
@@ -150,7 +150,7 @@ async def test_r_restarts_the_selected_worker(host: Server) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_dropped_stream_resumes_after_the_last_event(host: Server) -> None:
+async def test_a_dropped_stream_resumes_after_the_last_event(host: RunningHost) -> None:
     app = console(host)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.main.status.connection == "connected", "connected")
@@ -168,7 +168,7 @@ async def test_a_dropped_stream_resumes_after_the_last_event(host: Server) -> No
 
 
 @pytest.mark.anyio
-async def test_a_wrong_token_says_so(host: Server) -> None:
+async def test_a_wrong_token_says_so(host: RunningHost) -> None:
     app = make_app(Target(url=host.url, token="not-the-token"))
     async with app.run_test(size=SIZE) as pilot:
         status = app.query_one(StatusBar)
@@ -178,7 +178,7 @@ async def test_a_wrong_token_says_so(host: Server) -> None:
 
 @pytest.mark.anyio
 async def test_a_killed_worker_shows_its_restart(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model))
+    server = start_host("--model", str(tiny_model))
     try:
         app = console(server)
         async with app.run_test(size=SIZE) as pilot:
@@ -213,8 +213,8 @@ def free_port() -> int:
 @pytest.mark.anyio
 async def test_a_lost_host_shows_disconnected_then_reconnects(tiny_model: Path) -> None:
     port = free_port()
-    first = start_server("--model", str(tiny_model), "--port", str(port), tcp=False)
-    second: Server | None = None
+    first = start_host("--model", str(tiny_model), "--port", str(port), tcp=False)
+    second: RunningHost | None = None
     try:
         app = console(first)
         async with app.run_test(size=SIZE) as pilot:
@@ -225,12 +225,12 @@ async def test_a_lost_host_shows_disconnected_then_reconnects(tiny_model: Path) 
             assert "disconnected — retrying" in status.render().plain
             assert status.has_class("-offline")
             second = await anyio.to_thread.run_sync(
-                lambda: start_server("--model", str(tiny_model), "--port", str(port), tcp=False)
+                lambda: start_host("--model", str(tiny_model), "--port", str(port), tcp=False)
             )
             await until(pilot, lambda: status.connection == "connected", "it reconnects")
-            assert status.host is not None and status.host.pid == second.process.pid
+            assert app.main.model.host is not None and app.main.model.host.pid == second.process.pid
             workers = app.query_one(WorkersTable)
-            await until(pilot, lambda: workers.selected and workers.selected.pid == second.worker()["pid"], "new worker")  # type: ignore[union-attr]
+            await until(pilot, lambda: workers.selected and workers.selected.pid == second.worker()["pid"], "new worker")
             assert f"a new host, pid {second.process.pid}" in log_text(app)
     finally:
         first.stop()
@@ -238,76 +238,7 @@ async def test_a_lost_host_shows_disconnected_then_reconnects(tiny_model: Path) 
             second.stop()
 
 
-# -- a fixed state, for snapshots and the keys that need no host ------------------------------
-
-NOW = 1_700_000_000.0
-
-
-def _worker(name: str, pid: int, restarts: int, uptime: float, memory: int) -> dict[str, Any]:
-    last_exit = {"pid": pid - 1, "code": None, "signal": "SIGKILL", "uptime_s": 30.0, "ready": True, "reason": None}
-    return {
-        "id": name, "model": name, "state": "ready", "pid": pid, "socket": f"/tmp/{name}.sock",
-        "restarts": restarts, "in_flight": 1, "uptime_s": uptime, "ready_s": 1.2,
-        "last_exit": last_exit if restarts else None,
-        "memory": {"active_bytes": memory, "cache_bytes": 0, "peak_bytes": memory, "rss_bytes": 3 * memory},
-    }  # fmt: skip
-
-
-def _session(sid: str, model: str, state: str, age: float, tokens: int, rate: float) -> dict[str, Any]:
-    return {
-        "id": sid, "model": model, "stream": True, "state": state, "opened_at": NOW - age, "age_s": age,
-        "tokens": tokens, "tokens_per_s": rate, "outcome": None,
-    }  # fmt: skip
-
-
-MIB = 2**20
-STATE: dict[str, Any] = {
-    "seq": 40,
-    "host": {"pid": 4242, "started": NOW - 3725, "uptime_s": 3725.0, "accepting": True},
-    "workers": [_worker("qwen-0.5b", 5001, 0, 3700.0, 512 * MIB), _worker("llama-3b", 5002, 1, 61.0, 2048 * MIB)],
-    "models": [
-        {"id": "qwen-0.5b", "aliases": [], "path": "/m/q", "resident": True, "default": True},
-        {"id": "llama-3b", "aliases": [], "path": "/m/l", "resident": True, "default": False},
-    ],
-    "sessions": {
-        "opened": 12,
-        "closed": 10,
-        "live": [
-            _session("s-0123456789ab", "qwen-0.5b", "running", 12.5, 310, 24.8),
-            _session("s-abcdef012345", "llama-3b", "queued", 0.4, 0, 0.0),
-        ],
-        "recent": [],
-    },
-    "admission": {
-        "qwen-0.5b": {"max_active": 4, "max_queued": 16, "active": 1, "queued": 0, "admitted": 11, "rejected": 0},
-        "llama-3b": {"max_active": 1, "max_queued": 2, "active": 1, "queued": 1, "admitted": 1, "rejected": 3},
-    },
-}
-
-
-def _event(seq: int, type: str, ago: float, **fields: Any) -> dict[str, Any]:
-    return {"seq": seq, "at": int((NOW - ago) * 1000), "type": type, **fields}
-
-
-def _memory(seq: int, ago: float, mib: int) -> dict[str, Any]:
-    return _event(seq, "worker.memory", ago, worker="qwen-0.5b", active_bytes=mib * MIB, cache_bytes=0, peak_bytes=0, rss_bytes=0)
-
-
-EVENTS = [
-    _event(38, "session.opened", 9, session="s-0123456789ab", model="qwen-0.5b", stream=True),  # in the snapshot
-    _memory(41, 5, 520),
-    _event(42, "session.opened", 4, session="s-fedcba987654", model="qwen-0.5b", stream=False),
-    _memory(43, 4, 600),
-    _event(44, "session.progress", 3.5, session="s-0123456789ab", model="qwen-0.5b", tokens=330, tokens_per_s=25.1),
-    _memory(45, 3, 580),
-    _event(46, "session.closed", 2, session="s-fedcba987654", model="qwen-0.5b", tokens=16, age_ms=2000, kind="completed", finish_reason="length"),
-    _event(47, "admission.rejected", 1.6, model="llama-3b", active=1, queued=2),  # refused at the door: no session
-    _event(48, "admission.rejected", 1.5, model="llama-3b", active=1, queued=2),
-    _event(49, "worker.exited", 1.2, worker="llama-3b", pid=5002, code=None, signal="SIGKILL", uptime_s=61.0, ready=True, reason=None),
-    _event(50, "worker.restarting", 1.1, worker="llama-3b", attempt=2, max=5, delay_ms=0),
-    _event(51, "worker.spawned", 1.0, worker="llama-3b", model="llama-3b", pid=5003),
-    _event(52, "session.closed", 0.5, session="s-abcdef012345", model="llama-3b", tokens=0, age_ms=900, kind="cancelled", reason="worker_exited"),
-]  # fmt: skip
+# -- a fixed state (`given`), for snapshots and the keys that need no host --------------------
 
 
 @pytest.fixture
@@ -318,7 +249,7 @@ def fixed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], ConsoleApp]]
     time.tzset()
 
     def make() -> ConsoleApp:
-        return make_app(Target(url="http://127.0.0.1:8080"), clock=lambda: NOW, live=False)
+        return make_app(Target(url="http://127.0.0.1:8080"), clock=lambda: given.NOW, live=False)
 
     yield make
     monkeypatch.undo()
@@ -327,7 +258,7 @@ def fixed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], ConsoleApp]]
 
 async def feed(pilot: Pilot[Any], connection: str = "connected", detail: str = "") -> None:
     app: ConsoleApp = pilot.app  # type: ignore[assignment]
-    app.main.ingest(STATE, EVENTS)
+    app.main.ingest(given.STATE, given.EVENTS)
     app.main.set_connection(connection, detail)
     await pilot.pause()
 
@@ -347,26 +278,6 @@ def test_snapshot_disconnected(fixed: Callable[[], ConsoleApp], snap_compare: An
         await pilot.pause()
 
     assert snap_compare(fixed(), terminal_size=(80, 24), run_before=lost)
-
-
-@pytest.mark.anyio
-async def test_the_fixed_state_folds_in_order(fixed: Callable[[], ConsoleApp]) -> None:
-    app = fixed()
-    async with app.run_test(size=SIZE) as pilot:
-        await feed(pilot)
-        workers, sessions = app.query_one(WorkersTable), app.query_one(SessionsTable)
-        llama = workers.known["llama-3b"]
-        assert (llama.state, llama.pid, llama.restarts) == ("starting", 5003, 2)
-        assert list(workers.known["qwen-0.5b"].readings) == [512 * MIB, 520 * MIB, 600 * MIB, 580 * MIB]
-        assert sessions.known["s-0123456789ab"].tokens == 330
-        assert cell(sessions, "s-abcdef012345", "outcome") == "worker_exited"
-        # An event the snapshot already holds is logged but not applied again; replays change nothing.
-        app.main.ingest(events=EVENTS)
-        assert llama.restarts == 2 and len(app.query_one(EventLog).entries) == 9
-        # An older snapshot (a poll that crossed events) does not bring back what events changed.
-        app.main.ingest(state=STATE)
-        await pilot.pause()
-        assert llama.state == "starting" and cell(sessions, "s-abcdef012345", "state") == "cancelled"
 
 
 @pytest.mark.anyio
@@ -394,7 +305,7 @@ async def test_filter_help_and_quit_keys(fixed: Callable[[], ConsoleApp]) -> Non
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
-def test_mlxhost_tui_in_a_terminal(host: Server) -> None:
+def test_mlxhost_tui_in_a_terminal(host: RunningHost) -> None:
     server = f"mlxhost-test-{os.getpid()}"
     tmux = ["tmux", "-L", server]
     command = f"{sys.executable} -m mlxhost tui --url {host.url} --token {host.admin_token}; echo TUI-EXITED $?; sleep 30"
@@ -422,7 +333,6 @@ def test_mlxhost_tui_in_a_terminal(host: Server) -> None:
         subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)
 
 
-EVIL = "\x1b]0;pwned\x07\x1b[2J"
 CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # all but the line ends of the export
 
 
@@ -441,22 +351,9 @@ def screen_text(app: ConsoleApp) -> str:
 @pytest.mark.anyio
 async def test_control_characters_from_the_host_never_reach_the_screen(fixed: Callable[[], ConsoleApp]) -> None:
     app = fixed()
-    state = copy.deepcopy(STATE)
-    state["workers"][1]["last_exit"]["reason"] = f"exit {EVIL}"
-    state["sessions"]["live"][1]["model"] = f"llama{EVIL}"
-    state["sessions"]["live"][0]["id"] = f"s-{EVIL}"
-    events = [
-        *EVENTS,
-        _event(53, "session.opened", 0.4, session=f"s-{EVIL}x", model=EVIL, stream=True),
-        _event(54, "session.closed", 0.3, session=f"s-{EVIL}x", model=EVIL, tokens=0, age_ms=100,
-               kind="failed", code=f"bad{EVIL}", message=f"unknown field '{EVIL}'"),
-        _event(55, "worker.exited", 0.2, worker="qwen-0.5b", pid=5001, code=1, signal=None, uptime_s=3.0,
-               ready=True, reason=EVIL),
-        _event(56, f"custom{EVIL}", 0.1, detail=EVIL),
-    ]  # fmt: skip
     async with app.run_test(size=(160, 40)) as pilot:
-        app.main.ingest(state, events)
-        app.main.set_connection("disconnected", f"HTTP 500 {EVIL}")
+        app.main.ingest(given.state_with(given.with_controls), [*given.EVENTS, *given.EVENTS_WITH_CONTROLS])
+        app.main.set_connection("disconnected", f"HTTP 500 {given.EVIL}")
         await pilot.pause()
         shown = screen_text(app)
         assert "pwned" in shown  # the text is there, its controls are not
@@ -469,7 +366,7 @@ async def test_control_characters_from_the_host_never_reach_the_screen(fixed: Ca
 
 @pytest.mark.anyio
 async def test_a_host_that_stops_ends_the_stream_cleanly(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model))
+    server = start_host("--model", str(tiny_model))
     try:
         app = console(server)
         async with app.run_test(size=SIZE) as pilot:
@@ -485,7 +382,7 @@ async def test_a_host_that_stops_ends_the_stream_cleanly(tiny_model: Path) -> No
 
 
 @pytest.mark.anyio
-async def test_the_console_ignores_proxies_for_a_local_host(host: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_console_ignores_proxies_for_a_local_host(host: RunningHost, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
     for name in ("NO_PROXY", "no_proxy"):
@@ -495,13 +392,3 @@ async def test_the_console_ignores_proxies_for_a_local_host(host: Server, monkey
         workers = app.query_one(WorkersTable)
         await until(pilot, lambda: workers.row_count == 1, "the worker is listed")
         assert app.main.status.connection == "connected"
-
-
-def test_a_worker_that_could_not_be_started_reads_as_such() -> None:
-    from mlxhost_tui.state import describe
-
-    event = {"seq": 1, "at": 0, "type": "worker.exited", "worker": "m", "pid": None, "code": None,
-             "signal": None, "uptime_s": 0.0, "ready": False, "reason": "cannot start the worker: [Errno 2]"}
-    assert describe(event) == "m: could not be started: cannot start the worker: [Errno 2]"
-    exhausted = {"seq": 2, "at": 0, "type": "worker.exhausted", "worker": "m", "reason": "bad launch"}
-    assert describe(exhausted) == "m: not restarted again: bad launch (r restarts it)"

@@ -1,0 +1,253 @@
+"""What the console shows of a host, and the fold that keeps it: `ConsoleModel`.
+
+The admin API's state snapshot and its events, as the records of `mlxhost.wire.admin`, fold into
+one `ConsoleModel` (`load` a snapshot, `apply` an event, or `ingest` both as the network loop
+receives them) that holds the host, its workers, sessions and admission gauges (mlxhost_tui.parts)
+and tells the event log what to add. The widgets only draw it. Nothing here does I/O or imports
+Textual, so the fold is tested on its own.
+
+Times are wall-clock seconds: a snapshot's ages count back from `now`, an event's times come from
+its `at` (so events replayed after a reconnect keep their own times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, TypeVar, cast
+
+from mlxhost.wire.admin import (
+    AdminEvent,
+    AdmissionRejected,
+    HostState,
+    ModelEvicted,
+    SessionClosed,
+    SessionOpened,
+    SessionProgressed,
+    WorkerExhausted,
+    WorkerExited,
+    WorkerMemory,
+    WorkerReady,
+    WorkerRestarting,
+    WorkerSpawned,
+)
+from mlxhost.wire.inert import CONTROLS  # the same characters the host escapes: none reach the terminal
+from mlxhost_tui.parts import Gauge, HostInfo, SessionRow, WorkerRow, event_time
+
+__all__ = ["QUIET_EVENTS", "ConsoleModel", "LogEntry", "Note", "host_identity", "strip_controls"]
+
+# Frequent events that only update the tables; the log would be nothing else.
+QUIET_EVENTS = (SessionProgressed, WorkerMemory)
+WORKER_EVENTS = (WorkerSpawned, WorkerReady, WorkerExited, WorkerRestarting, WorkerExhausted, WorkerMemory)
+
+_T = TypeVar("_T")
+
+
+def strip_controls(value: _T) -> _T:
+    """`value`, as the host sent it, with control characters removed from every string in it.
+
+    The host escapes them already; the console does not rely on that, since what it draws goes
+    straight to the operator's terminal (an ESC sequence could retitle it or clear it). Records
+    and containers with nothing to strip come back as they are.
+    """
+    return cast(_T, _strip(value))
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, str):
+        # `isprintable` is false for every character the pattern matches: most strings pass as is.
+        if value.isprintable():
+            return value
+        stripped = CONTROLS.sub("", value)
+        return value if len(stripped) == len(value) else stripped
+    if is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in fields(value):
+            old = getattr(value, f.name)
+            if (new := _strip(old)) is not old:
+                changes[f.name] = new
+        return replace(value, **changes) if changes else value
+    if isinstance(value, Mapping):
+        pairs = [(_strip(k), _strip(v)) for k, v in value.items()]
+        same = all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True))
+        return value if same else dict(pairs)
+    if isinstance(value, (list, tuple)):
+        items = [_strip(v) for v in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
+
+
+def host_identity(state: HostState) -> tuple[int, float]:
+    """Tells one host run from the next: a new host on the same address starts its `seq` again."""
+    return state.host.pid, state.host.started
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line the console itself adds to the event log (the host did not send it)."""
+
+    message: str
+
+
+LogEntry = AdminEvent | Note
+
+
+class ConsoleModel:
+    """Everything the screens show of one host, folded from snapshots and events in `seq` order.
+
+    A snapshot as new as what the model holds replaces it; an older one (a poll that crossed
+    events on the way) only refreshes what no event reports: admission counts, session states.
+    Each event is folded once: one the snapshot already holds, or a replay, changes nothing.
+    """
+
+    def __init__(self) -> None:
+        self.identity: tuple[int, float] | None = None  # which run of the host this is
+        self.host: HostInfo | None = None
+        self.seq = 0  # the last event folded in
+        self.logged = 0  # the last event handed to the log
+        self.workers: dict[str, WorkerRow] = {}
+        self.sessions: dict[str, SessionRow] = {}
+        self.gauges: dict[str, Gauge] = {}
+
+    @classmethod
+    def from_snapshot(cls, state: HostState, now: float) -> ConsoleModel:
+        model = cls()
+        model.ingest(now, state=state)
+        return model
+
+    def ingest(
+        self, now: float, state: HostState | None = None, events: Iterable[AdminEvent] = ()
+    ) -> list[LogEntry]:
+        """Fold a snapshot, then events, as the host sent them; returns what the event log gains.
+
+        Everything is stripped of control characters first: nothing the host said reaches the
+        terminal raw.
+        """
+        log: list[LogEntry] = []
+        if state is not None:
+            note = self.load(strip_controls(state), now)
+            if note is not None:
+                log.append(note)
+        for event in events:
+            event = strip_controls(event)
+            if self.apply(event):
+                log.append(event)
+        return log
+
+    def load(self, state: HostState, now: float) -> Note | None:
+        """Fold a state snapshot; says so in a note when it comes from another host than before."""
+        note = None
+        identity = host_identity(state)
+        if identity != self.identity:
+            if self.identity is not None:
+                note = Note(f"a new host, pid {identity[0]}")
+                self.workers.clear()  # its workers' history is not theirs
+            self.identity, self.seq, self.logged = identity, 0, 0
+        stale = state.seq < self.seq
+        self._load_workers(state, now, stale)
+        self._load_sessions(state, now, stale)
+        self._load_gauges(state)
+        if not stale:
+            self.host = HostInfo.from_state(state, now)
+            self.seq = state.seq
+        elif self.host is not None:
+            self.host.accepting = state.host.accepting
+        return note
+
+    def apply(self, event: AdminEvent) -> bool:
+        """Fold one event, unless the model holds it already; True when the event log shows it."""
+        if event.type.startswith("stream."):
+            return True  # about the stream, not the host: it moves no seq
+        new_to_log = event.seq > self.logged
+        if new_to_log:
+            self.logged = event.seq
+        if event.seq > self.seq:  # else the snapshot already holds it
+            self.seq = event.seq
+            self._apply_worker(event)
+            self._apply_session(event)
+            if isinstance(event, AdmissionRejected):
+                self.gauges.setdefault(event.model, Gauge(event.model)).on_event(event)
+            if self.host is not None:
+                self.host.on_event(event)
+        return new_to_log and not isinstance(event, QUIET_EVENTS)
+
+    def expire(self, now: float) -> None:
+        """Forget the sessions that closed long enough ago."""
+        for key in [k for k, s in self.sessions.items() if s.expired(now)]:
+            del self.sessions[key]
+
+    @property
+    def live(self) -> int:
+        return sum(not s.closed for s in self.sessions.values())
+
+    # -- the snapshot, part by part --------------------------------------------------------
+
+    def _load_workers(self, state: HostState, now: float, stale: bool) -> None:
+        if stale:
+            for record in state.workers:
+                if (worker := self.workers.get(record.id)) is not None:
+                    worker.in_flight = record.in_flight
+            return
+        workers: dict[str, WorkerRow] = {}
+        for record in state.workers:
+            worker = self.workers.get(record.id)
+            if worker is None:
+                worker = WorkerRow.from_snapshot(record, now)
+            else:
+                worker.update(record, now)
+            workers[worker.id] = worker
+        self.workers = workers
+
+    def _load_sessions(self, state: HostState, now: float, stale: bool) -> None:
+        live = state.sessions.live
+        if stale:
+            for record in live:
+                session = self.sessions.get(record.id)
+                if session is not None and not session.closed:
+                    session.state = record.state
+            return
+        sessions = {record.id: SessionRow.from_snapshot(record, now) for record in live}
+        # Sessions that closed a moment ago keep their place a few seconds, with their outcome.
+        host_now = state.host.started + state.host.uptime_s
+        for record in state.sessions.recent:
+            if record.id not in self.sessions:
+                session = SessionRow.recent(record, host_now, now)
+                if not session.expired(now):
+                    sessions[session.id] = session
+        for session in self.sessions.values():
+            if session.closed and session.id not in sessions and not session.expired(now):
+                sessions[session.id] = session
+        self.sessions = sessions
+
+    def _load_gauges(self, state: HostState) -> None:
+        gauges = {m.id: self.gauges.get(m.id) or Gauge(m.id) for m in state.models}
+        for model, record in state.admission.items():
+            gauges.setdefault(model, Gauge(model)).update(record)
+        self.gauges = gauges
+
+    # -- events, by what they are about ----------------------------------------------------
+
+    def _apply_worker(self, event: AdminEvent) -> None:
+        if isinstance(event, WORKER_EVENTS):
+            name = event.worker
+        elif isinstance(event, ModelEvicted):
+            name = event.model
+        else:
+            return
+        worker = self.workers.get(name)
+        if worker is None and isinstance(event, WorkerSpawned):
+            worker = self.workers[name] = WorkerRow(name, event.model)
+        if worker is not None:
+            worker.on_event(event)
+
+    def _apply_session(self, event: AdminEvent) -> None:
+        match event:
+            case SessionOpened():
+                self.sessions[event.session] = SessionRow(
+                    event.session, event.model, event.stream, opened_at=event_time(event)
+                )
+            case SessionProgressed() | SessionClosed():
+                if (session := self.sessions.get(event.session)) is not None:
+                    session.on_event(event)

@@ -1,0 +1,103 @@
+"""The console's words and glyphs: an event as one line of the log, a clock time, a sparkline, a
+gauge bar. Pure functions of what the model holds; the widgets put them on the screen."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from mlxhost.client.human import duration, size
+from mlxhost.wire.admin import (
+    AdminEvent,
+    AdmissionRejected,
+    HostStarted,
+    HostStopping,
+    ModelEvicted,
+    SessionClosed,
+    SessionOpened,
+    SessionProgressed,
+    StreamLagged,
+    StreamReset,
+    WorkerExhausted,
+    WorkerExited,
+    WorkerMemory,
+    WorkerReady,
+    WorkerRestarting,
+    WorkerSpawned,
+)
+
+__all__ = ["bar", "clock_time", "describe", "sparkline"]
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def describe(event: AdminEvent) -> str:
+    """One line of the event log."""
+    match event:
+        case HostStarted(pid=pid, models=models):
+            return f"host started, pid {pid}, models {', '.join(models)}"
+        case HostStopping(reason=reason, grace_s=grace_s):
+            return f"host stopping ({reason}, grace {grace_s}s)"
+        case WorkerSpawned(worker=worker, pid=pid):
+            return f"{worker}: spawned pid {pid}"
+        case WorkerReady(worker=worker, pid=pid, ready_ms=ready_ms):
+            return f"{worker}: ready, pid {pid}, in {ready_ms} ms"
+        case WorkerExited(worker=worker, exit=exit):
+            if exit.pid is None:  # it was never started
+                return f"{worker}: could not be started: {exit.reason or 'unknown'}"
+            how = f"signal {exit.signal}" if exit.signal else f"exit code {exit.code}"
+            why = f": {exit.reason}" if exit.reason else ""
+            return f"{worker}: pid {exit.pid} exited, {how} after {duration(exit.uptime_s or 0)}{why}"
+        case WorkerRestarting(worker=worker, attempt=attempt, max=limit, delay_ms=delay_ms):
+            delay = f", in {delay_ms} ms" if delay_ms else ""
+            return f"{worker}: restarting (attempt {attempt} of {limit}{delay})"
+        case WorkerExhausted(worker=worker, reason=reason):
+            why = f": {reason}" if reason else "; keeps exiting"
+            return f"{worker}: not restarted again{why} (r restarts it)"
+        case WorkerMemory(worker=worker, memory=reading):
+            return f"{worker}: memory {size(reading.active_bytes + reading.cache_bytes)}"
+        case ModelEvicted(model=model, reason=reason):
+            return f"{model}: unloaded ({reason})"
+        case SessionOpened(session=session, model=model, stream=stream):
+            return f"{session} opened on {model}{' (stream)' if stream else ''}"
+        case SessionProgressed(session=session, tokens=tokens, tokens_per_s=rate):
+            return f"{session}: {tokens} tokens, {rate} tok/s"
+        case SessionClosed(session=session, tokens=tokens, age_ms=age_ms, outcome=outcome):
+            detail = outcome.finish_reason or outcome.reason or outcome.code or ""
+            if outcome.message:
+                detail = f"{detail}: {outcome.message}"
+            return f"{session} {outcome.kind} ({detail}), {tokens} tokens in {duration(age_ms / 1000)}"
+        case AdmissionRejected(session=session, model=model, active=active, queued=queued):
+            return f"{session or 'a request'} rejected by {model}: {active} running, {queued} waiting"
+        case StreamReset():
+            return "missed too many events; re-reading the state"
+        case StreamLagged():
+            return "dropped by the host for reading too slowly; reconnecting"
+    # A type this console does not know: its fields as they came.
+    return " ".join(f"{k}={v}" for k, v in event.payload().items())
+
+
+def clock_time(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def sparkline(values: Iterable[float], width: int) -> str:
+    """The last `width` values as block characters, scaled between their least and greatest."""
+    recent = list(values)[-width:]
+    if not recent:
+        return ""
+    low, high = min(recent), max(recent)
+    if high == low:
+        return BLOCKS[0] * len(recent)
+    top = len(BLOCKS) - 1
+    return "".join(BLOCKS[round((v - low) / (high - low) * top)] for v in recent)
+
+
+def bar(value: int, limit: int | None, width: int) -> str:
+    """A gauge: `value` of `limit` as filled and empty cells."""
+    if not limit:
+        return "·" * width
+    filled = min(width, round(width * value / limit))
+    if value and not filled:
+        filled = 1
+    return "█" * filled + "░" * (width - filled)

@@ -1,0 +1,59 @@
+"""The workers: one row per model process, its state, restarts, uptime, memory and last exit."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from mlxhost.client.human import duration, size
+from mlxhost_tui.model import ConsoleModel
+from mlxhost_tui.parts import WorkerRow
+from mlxhost_tui.text import sparkline
+from mlxhost_tui.widgets.base import Cells, Clock, ModelTable, state_text
+
+__all__ = ["WorkersTable"]
+
+
+class WorkersTable(ModelTable):
+    DEFAULT_CSS = """
+    WorkersTable {
+        height: auto;
+        max-height: 8;
+    }
+    """
+    COLUMNS = (
+        ("model", "MODEL"),
+        ("state", "STATE"),
+        ("pid", "PID"),
+        ("restarts", "RESTARTS"),
+        ("up", "UP"),
+        ("memory", "MEMORY"),
+        ("trend", "RECENT"),
+        ("exit", "LAST EXIT"),
+    )
+    TREND_WIDTH = 12
+
+    def __init__(self, model: ConsoleModel, clock: Clock) -> None:
+        super().__init__(model, clock, id="workers")
+        self.border_title = "Workers"
+
+    def rows_now(self) -> dict[str, Cells]:
+        now = self.clock()
+        rows: dict[str, Cells] = {}
+        for worker in self.model.workers.values():
+            uptime = worker.uptime(now)
+            rows[worker.id] = (
+                Text(worker.model),
+                state_text(worker.state),
+                Text(str(worker.pid or "-")),
+                Text(str(worker.restarts), "bold red" if worker.restarts else ""),
+                Text(duration(uptime) if uptime is not None else "-"),
+                Text(size(worker.memory) if worker.memory is not None else "-", justify="right"),
+                Text(sparkline(worker.readings, self.TREND_WIDTH).ljust(self.TREND_WIDTH), "cyan"),
+                Text(worker.exit_text()),
+            )
+        return rows
+
+    @property
+    def selected(self) -> WorkerRow | None:
+        key = self.selected_key
+        return self.model.workers.get(key) if key is not None else None
