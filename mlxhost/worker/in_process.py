@@ -12,6 +12,7 @@ from mlxhost.errors import StartupError
 from mlxhost.models import model_specs, resolve_model
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener
+from mlxhost.runtime.ready import report_ready
 from mlxhost.runtime.shutdown import Shutdown
 from mlxhost.wire.layout import HOST_READY
 from mlxhost.worker.engine import Engine
@@ -41,6 +42,7 @@ async def serve_in_process(settings: Settings) -> None:
             engine.load_seconds,
             " and ".join(listener.addresses),
         )
+        report_ready([spec.id], listener.addresses)
 
     async def background(engine: Engine) -> None:
         await shutdown.watch_signals()

@@ -12,13 +12,13 @@ import threading
 from typing import Any
 
 from mlxhost.worker.__main__ import main
-from mlxhost.worker.engine import Engine
+from mlxhost.worker.batching import Batching
 
 
-def wedged_step(self: Engine, generator: Any) -> None:
+def wedged_step(self: Batching, generator: Any) -> None:
     threading.Event().wait()  # forever: the host must kill this process
 
 
 if __name__ == "__main__":
-    Engine._step = wedged_step  # type: ignore[method-assign]
+    Batching._step = wedged_step  # type: ignore[method-assign]
     main()

@@ -1,0 +1,122 @@
+"""The demo models' sizes and their random weights: Llama layouts, drawn from a seeded generator.
+
+numpy and safetensors are imported only when weights are written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["SIZES", "ModelSize", "model_size", "parameter_count", "write_weights"]
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    tie_word_embeddings: bool
+    dtype: str
+    max_position_embeddings: int = 4096
+
+
+SIZES: Final[dict[str, ModelSize]] = {
+    # Small enough to build and load in well under a second. Untied like the
+    # bench size: with tied embeddings a random model's greedy output just
+    # repeats the last prompt token, which makes a dull demo.
+    "tiny": ModelSize(
+        vocab_size=1024,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        tie_word_embeddings=False,
+        dtype="float32",
+    ),
+    # Big enough that generation speed is dominated by the matmuls rather
+    # than by per-token overhead. float32 because mlx's CPU backend runs
+    # float16 about three times slower.
+    "bench": ModelSize(
+        vocab_size=8192,
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        intermediate_size=1408,
+        tie_word_embeddings=False,
+        dtype="float32",
+    ),
+}
+
+
+def parameter_count(size: str) -> int:
+    spec = model_size(size)
+    head_dim = spec.hidden_size // spec.num_attention_heads
+    q = spec.hidden_size * spec.num_attention_heads * head_dim
+    kv = spec.hidden_size * spec.num_key_value_heads * head_dim
+    attention = 2 * q + 2 * kv
+    mlp = 3 * spec.hidden_size * spec.intermediate_size
+    norms = 2 * spec.hidden_size
+    embeddings = spec.vocab_size * spec.hidden_size
+    heads = 0 if spec.tie_word_embeddings else embeddings
+    layers = spec.num_hidden_layers * (attention + mlp + norms)
+    return embeddings + layers + spec.hidden_size + heads
+
+
+def model_size(size: str) -> ModelSize:
+    try:
+        return SIZES[size]
+    except KeyError:
+        raise ValueError(f"unknown size {size!r}, expected one of {sorted(SIZES)}") from None
+
+
+def _weight_shapes(spec: ModelSize) -> list[tuple[str, tuple[int, ...]]]:
+    # Hugging Face Llama names and layouts, which mlx_lm.models.llama loads
+    # as is (Linear weights are [out_features, in_features]).
+    h, i = spec.hidden_size, spec.intermediate_size
+    head_dim = h // spec.num_attention_heads
+    q, kv = spec.num_attention_heads * head_dim, spec.num_key_value_heads * head_dim
+    shapes: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (spec.vocab_size, h))]
+    for n in range(spec.num_hidden_layers):
+        p = f"model.layers.{n}"
+        shapes += [
+            (f"{p}.input_layernorm.weight", (h,)),
+            (f"{p}.self_attn.q_proj.weight", (q, h)),
+            (f"{p}.self_attn.k_proj.weight", (kv, h)),
+            (f"{p}.self_attn.v_proj.weight", (kv, h)),
+            (f"{p}.self_attn.o_proj.weight", (h, q)),
+            (f"{p}.post_attention_layernorm.weight", (h,)),
+            (f"{p}.mlp.gate_proj.weight", (i, h)),
+            (f"{p}.mlp.up_proj.weight", (i, h)),
+            (f"{p}.mlp.down_proj.weight", (h, i)),
+        ]
+    shapes.append(("model.norm.weight", (h,)))
+    if not spec.tie_word_embeddings:
+        shapes.append(("lm_head.weight", (spec.vocab_size, h)))
+    return shapes
+
+
+def write_weights(path: Path, spec: ModelSize, seed: int) -> None:
+    import numpy as np
+    from safetensors.numpy import save
+
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(spec.dtype)
+    tensors: dict[str, Any] = {}
+    # Drawn in a fixed order from one generator, so the bytes depend only
+    # on (spec, seed). Norms start at one, as a freshly initialised model's.
+    for name, shape in _weight_shapes(spec):
+        if len(shape) == 1:
+            tensors[name] = np.ones(shape, dtype=dtype)
+        else:
+            values = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+            tensors[name] = values.astype(dtype)
+    # Written by us rather than save_file, which creates the file 0600; a
+    # shared model directory should follow the umask like its other files.
+    path.write_bytes(save(tensors, metadata={"format": "pt"}))

@@ -1,0 +1,272 @@
+"""The generation thread: continuous batching over mlx-lm's BatchGenerator.
+
+MLX streams belong to the thread that made them, so every MLX operation runs in this one thread.
+It loops over the BatchGenerator: between two steps it takes in new sessions, removes cancelled
+ones (their KV cache goes with them), and hands each session's new text to the event loop
+without ever waiting for it. `mx.eval` releases the GIL, so the event loop keeps serving while a
+step computes. The event loop only submits sessions, sets their cancel flags and reads the
+counters; the engine (engine.py) ties the two sides together.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+
+from mlxhost.wire.chunks import Delta, TokenLogprob
+from mlxhost.worker.generation import GenerationSession
+from mlxhost.worker.prompt_cache import PromptCache
+from mlxhost.worker.sampling import SamplerCache, logits_processors_for
+from mlxhost.worker.textstream import TextStream
+from mlxhost.worker.tokenizer import Tokenizer
+
+__all__ = ["Batching", "Counters", "EngineFailed", "Outputs"]
+
+logger = logging.getLogger("mlxhost.engine")
+
+Outputs = list[tuple[GenerationSession, Delta]]
+
+
+class EngineFailed(Exception):
+    """The generation thread met an error it cannot recover from in this process."""
+
+
+@dataclass
+class Counters:
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    largest_batch: int = 0
+    cancel_lags: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Row:
+    session: GenerationSession
+    uid: int
+    text: TextStream
+    tokens: int = 0
+    cached: int = 0  # prompt tokens taken from the prompt cache
+
+
+class Batching:
+    """The loop of the generation thread, and the hand-over points the event loop uses."""
+
+    def __init__(
+        self, prompt_cache: PromptCache, publish_interval: float, hand_over: Callable[[Outputs], None]
+    ) -> None:
+        # Touched by the event loop too: sessions come in through `incoming`, `wake` rouses the
+        # thread, `stopping` ends it once no session is left.
+        self.incoming: queue.SimpleQueue[GenerationSession] = queue.SimpleQueue()
+        self.waiting = 0  # submitted, not yet taken in
+        self.wake = threading.Event()
+        self.stopping = False
+        # When the thread began the work it is in now (None: waiting for work); the health check
+        # reads it to tell a hung thread from a busy one.
+        self.busy_since: float | None = None
+        self.rows: dict[int, _Row] = {}  # by the generator's uid
+        self.counters = Counters()
+        self._prompt_cache = prompt_cache
+        # Decoded text reaches the event loop at most this often (first tokens and endings at
+        # once); see EngineOptions.publish_interval.
+        self._publish_interval = publish_interval
+        self._hand_over = hand_over  # called in this thread; must never wait for the loop
+        self._sampler_cache = SamplerCache()
+        self._held: Outputs = []  # decoded, not yet handed over
+        self._published_at = 0.0
+        self._tokenizer: Tokenizer  # set by run()
+
+    def submit(self, session: GenerationSession) -> None:
+        """On the event loop: queue `session` for the thread to take in before its next step."""
+        self.waiting += 1
+        self.incoming.put(session)
+        self.wake.set()
+
+    def run(self, generator: Any, tokenizer: Tokenizer, started: Callable[[], object]) -> None:
+        """The thread's loop, until `stopping` with nothing left to do; closes `generator`."""
+        self._tokenizer = tokenizer
+        started()
+        try:
+            while True:
+                self.wake.clear()
+                self.busy_since = time.monotonic()
+                try:
+                    self._take_incoming(generator)
+                    self._remove_cancelled(generator)
+                    if not self.rows:
+                        if self.stopping and self.incoming.empty():
+                            return
+                        self.busy_since = None
+                        self.wake.wait()
+                        continue
+                    self._step(generator)
+                except Exception as exc:
+                    # After an error inside MLX its state can no longer be trusted (a later
+                    # step may fail on arrays left half-built), so the engine ends here: the
+                    # worker process exits and its supervisor starts a clean one.
+                    logger.exception("generation failed; ending the engine")
+                    self._fail_all(generator, f"generation failed: {type(exc).__name__}")
+                    raise EngineFailed(f"generation failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.busy_since = None
+            generator.close()
+            mx.synchronize()  # no computation may outlive the thread that owns its stream
+
+    def _take_incoming(self, generator: Any) -> None:
+        sessions: list[GenerationSession] = []
+        while True:
+            try:
+                sessions.append(self.incoming.get_nowait())
+            except queue.Empty:
+                break
+        if not sessions:
+            return
+        self.waiting -= len(sessions)
+        outputs = []
+        admitted = []
+        for session in sessions:
+            if session.cancel_reason is not None:
+                self.counters.cancelled += 1
+                outputs.append((session, _cancelled(session, 0)))
+            else:
+                admitted.append(session)
+        if admitted:
+            samplers = self._sampler_cache
+            prompt_cache = self._prompt_cache
+            starts = [prompt_cache.take(s.request.prompt, s.request.cache_namespace) for s in admitted]
+            cached = [len(s.request.prompt) - len(rest) for s, (_, rest) in zip(admitted, starts, strict=True)]
+            uids = generator.insert(
+                [rest for _, rest in starts],
+                max_tokens=[s.request.max_tokens for s in admitted],
+                caches=[cache for cache, _ in starts],
+                all_tokens=[s.request.prompt[:n] for s, n in zip(admitted, cached, strict=True)],
+                samplers=[samplers.sampler_for(s.request.sampling) for s in admitted],
+                logits_processors=[logits_processors_for(s.request.sampling) for s in admitted],
+            )
+            for uid, session, hit in zip(uids, admitted, cached, strict=True):
+                detokenizer = self._tokenizer.decoder.detokenizer
+                text = TextStream(detokenizer, session.request.stop)
+                self.rows[uid] = _Row(session, uid, text, cached=hit)
+                self.counters.prompt_tokens += len(session.request.prompt)
+        self._publish(outputs)
+
+    def _remove_cancelled(self, generator: Any) -> None:
+        gone = [row for row in self.rows.values() if row.session.cancel_reason is not None]
+        if not gone:
+            return
+        generator.remove([row.uid for row in gone])
+        outputs = []
+        for row in gone:
+            del self.rows[row.uid]
+            step = row.session.cancel_step
+            self.counters.cancel_lags.append(0 if step is None else self.counters.steps - step)
+            del self.counters.cancel_lags[:-100]
+            self.counters.cancelled += 1
+            outputs.append((row.session, _cancelled(row.session, row.tokens)))
+        self._publish(outputs)
+
+    def _step(self, generator: Any) -> None:
+        _, responses = generator.next()
+        counters = self.counters
+        counters.steps += 1
+        if not responses:
+            return  # a prefill chunk
+        counters.largest_batch = max(counters.largest_batch, len(responses))
+        counters.generated_tokens += len(responses)
+        eos = self._tokenizer.decoder.eos_token_ids
+        outputs: Outputs = []
+        stopped: list[int] = []
+        urgent = False  # a first token (TTFT) or an ending goes out with this step
+        for response in responses:
+            row = self.rows.get(response.uid)
+            if row is None:
+                continue
+            row.tokens += 1
+            finish = response.finish_reason
+            if finish == "stop" and response.token in eos:
+                text = row.text.finish()
+            else:
+                text = row.text.add(response.token)
+                if row.text.stopped:
+                    if finish is None:
+                        stopped.append(row.uid)
+                    finish = "stop"
+                elif finish is not None:
+                    text += row.text.finish()
+            logprobs = None
+            if row.session.request.logprobs is not None:
+                logprobs = [self._logprob(response, row.session.request.logprobs)]
+            outputs.append((row.session, Delta(text, row.tokens, logprobs, finish, cached_tokens=row.cached)))
+            urgent = urgent or finish is not None or row.tokens == 1
+            if finish is not None:
+                del self.rows[row.uid]
+                counters.completed += 1
+                if response.prompt_cache is not None:  # it ended inside the generator: KV intact
+                    self._prompt_cache.keep(
+                        response.all_tokens, response.prompt_cache, row.session.request.cache_namespace
+                    )
+        if stopped:
+            generator.remove(stopped)
+        now = time.monotonic()
+        if urgent or now - self._published_at >= self._publish_interval:
+            self._publish(outputs)
+        else:
+            self._held += outputs
+
+    def _logprob(self, response: Any, top: int) -> TokenLogprob:
+        logprobs = response.logprobs
+        alternatives: tuple[tuple[str, float], ...] = ()
+        decoder = self._tokenizer.decoder
+        with self._tokenizer.lock:
+            if top > 0:
+                ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
+                values = logprobs[ids].tolist()
+                pairs = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])  # type: ignore[arg-type]
+                alternatives = tuple((decoder.decode([i]), v) for i, v in pairs)
+            token = decoder.decode([response.token])
+        alternatives = tuple((t, _finite(v)) for t, v in alternatives)
+        return TokenLogprob(token, _finite(logprobs[response.token].item()), alternatives)
+
+    def _fail_all(self, generator: Any, message: str) -> None:
+        outputs = []
+        for row in self.rows.values():
+            self.counters.failed += 1
+            outputs.append((row.session, Delta("", row.tokens, None, "error", message)))
+        self.rows.clear()
+        self._publish(outputs)
+
+    def _publish(self, outputs: Outputs) -> None:
+        if self._held:  # what was held back goes first, merged: one delta per session
+            outputs, self._held = _merged(self._held + outputs), []
+        if not outputs:
+            return
+        self._published_at = time.monotonic()
+        self._hand_over(outputs)
+
+
+def _merged(outputs: Outputs) -> Outputs:
+    by_session: dict[GenerationSession, Delta] = {}  # insertion-ordered: sessions keep their order
+    for session, delta in outputs:
+        earlier = by_session.get(session)
+        by_session[session] = delta if earlier is None else earlier.merge(delta)
+    return list(by_session.items())
+
+
+def _cancelled(session: GenerationSession, tokens: int) -> Delta:
+    return Delta("", tokens, None, "cancelled", session.cancel_reason)
+
+
+def _finite(logprob: float) -> float:
+    # JSON has no -Infinity (nor NaN); OpenAI reports a token that cannot occur as -9999.0.
+    return logprob if math.isfinite(logprob) else -9999.0

@@ -1,0 +1,91 @@
+"""The model's tokenizer, one copy per thread that uses it, and the prompt limits it tells.
+
+The event loop never waits on a tokenizer: chat templates are rendered and prompts encoded in one
+tokenizer thread of their own, and the generation thread decodes with a private copy of the
+tokenizer, so the two never share one (fast tokenizers raise "Already borrowed" when two threads
+use one at once) and no lock is ever taken on the event loop.
+
+The routes refuse an oversized prompt before encoding it, by the model's context length and the
+most characters one token stands for; both are read here, once, at load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["Tokenizer", "context_length", "longest_token"]
+
+logger = logging.getLogger("mlxhost.engine")
+
+
+class Tokenizer:
+    """The tokenizer `mlx_lm.load` returned: encoding off the event loop, and a private decoder."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._encoder = tokenizer  # the tokenizer thread's: chat templates and encoding
+        # Only when the tokenizer cannot be copied do the two threads share it, under this lock.
+        self.lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+        self.decoder = self._private_decoder()  # the generation thread's: detokenizing and logprobs
+        self.vocab_size = len(tokenizer)
+        # The most characters one token stands for: a prompt of n characters is at least
+        # n / max_token_chars tokens, which rejects an oversized prompt before encoding it.
+        self.max_token_chars = longest_token(tokenizer)
+        # One encode at a time, off the event loop (see _run). Made in the generation thread,
+        # which loads the model: anyio binds the limiter to the event loop at its first use.
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        def encode() -> list[int]:
+            with self.lock:
+                ids = self._encoder.apply_chat_template(list(messages), add_generation_prompt=True)
+            return list(ids)
+
+        return await self._run(encode)
+
+    async def encode(self, text: str) -> list[int]:
+        def encode() -> list[int]:
+            with self.lock:
+                return list(self._encoder.encode(text))
+
+        return await self._run(encode)
+
+    async def _run(self, encode: Callable[[], list[int]]) -> list[int]:
+        # Always in the tokenizer thread, however short the prompt: how long a template takes
+        # to render depends on more than its characters (100,000 empty messages took seconds),
+        # and the hop costs well under a millisecond. One at a time: the tokenizer is not safe
+        # to share between threads, and a long encode must not hold a thread per request.
+        return await anyio.to_thread.run_sync(encode, limiter=self._limiter)
+
+    def _private_decoder(self) -> Any:
+        try:
+            return copy.deepcopy(self._encoder)
+        except Exception as exc:  # a tokenizer class that cannot be copied: share it, locked
+            logger.warning("the tokenizer cannot be copied (%s); sharing it under a lock", exc)
+            self.lock = threading.Lock()
+            return self._encoder
+
+
+def longest_token(tokenizer: Any) -> int | None:
+    # Each vocabulary entry is written as the characters (byte-level BPE: the bytes) it matches,
+    # so no token covers more characters of a prompt than the longest entry has.
+    try:
+        return max(map(len, tokenizer.get_vocab()), default=0) or None
+    except Exception:  # a tokenizer without a readable vocabulary: no bound, encode to know
+        return None
+
+
+def context_length(model: Any) -> int | None:
+    args = getattr(model, "args", None)
+    for name in ("max_position_embeddings", "context_length", "max_seq_len"):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
