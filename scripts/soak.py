@@ -17,10 +17,8 @@ import argparse
 import json
 import os
 import random
-import re
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -35,41 +33,31 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from mlxhost.demo import default_cache_dir, make_model  # noqa: E402
+from mlxhost.testing import start_host  # noqa: E402
 
-TOKEN = "soak-admin-token"
-READY = re.compile(r"mlxhost ready: .* on (http://[\d.]+:\d+)")
+START_TIMEOUT_S = 180.0
 CLEAN = {"worker_exited", "model_restarting", "shutting_down", "queue_full"}
 RSS_GROWTH_LIMIT = 0.05
 
 
 class Host:
+    """The isolated host under soak (see `mlxhost.testing`), and the parent's resources."""
+
     def __init__(self, model: Path) -> None:
-        # Every option as one `--opt=value` word: a value can never be read as an option.
-        command = [
-            sys.executable, "-m", "mlxhost", "serve", f"--model={model}", "--port=0",
-            f"--admin-token={TOKEN}", "--restart-limit=100000", "--crash-backoff=0",
-            "--early-exit=0", "--max-active=16",
-        ]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT
+        # Every option as one `--opt=value` word: a value can never be read as an option. The
+        # checkout's mlxhost comes first on the host's path, as it does on this script's.
+        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        self.running = start_host(
+            f"--model={model}", "--restart-limit=100000", "--crash-backoff=0", "--early-exit=0",
+            "--max-active=16", env={"PYTHONPATH": path}, timeout=START_TIMEOUT_S,
         )
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if match := READY.search(line):
-                self.url = match.group(1)
-                break
-        else:
-            raise SystemExit("the host did not start")
-        # Keep draining its log so the pipe never blocks it.
-        threading.Thread(target=self.process.stdout.read, daemon=True).start()
-        self.parent = psutil.Process(self.process.pid)
+        self.parent = psutil.Process(self.running.pid)
 
     def http(self, timeout: float = 30) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=timeout, headers={"authorization": f"Bearer {TOKEN}"})
+        return self.running.http(timeout=timeout)
 
     def worker_pid(self) -> int | None:
-        with self.http() as http:
-            workers = http.get("/health").json()["workers"]
+        workers = self.running.health()["workers"]
         return workers[0]["pid"] if workers and workers[0]["state"] == "ready" else None
 
     def live_sessions(self) -> int:
@@ -80,8 +68,7 @@ class Host:
         return {"t": time.monotonic(), "rss_mb": self.parent.memory_info().rss / 2**20, "fds": self.parent.num_fds()}
 
     def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(60)
+        return self.running.stop(timeout=60)
 
 
 class Load:

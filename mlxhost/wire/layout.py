@@ -1,19 +1,68 @@
-"""Names a running host leaves for others to find: its ready log line and its runtime files."""
+"""Names a running host leaves for others to find: its ready log line, its ready record, its runtime files."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ADMIN_TOKEN_FILE", "HOST_READY", "discovery_file"]
+__all__ = ["ADMIN_TOKEN_FILE", "HOST_READY", "READY_FILE_ENV", "HostReady", "discovery_file"]
 
 # The log line `mlxhost serve` writes once it serves: "mlxhost ready: model M ... on ADDRESSES".
 # Not to be confused with the worker's `launch.WORKER_READY`, which only the parent reads.
 HOST_READY = "mlxhost ready:"
 
+# When this environment variable names a path, `mlxhost serve` writes a `HostReady` record there
+# (JSON, replaced whole) as it logs its ready line: how the test harness, the bench and the soak
+# learn where a host they started listens without reading its log. Internal: no CLI option.
+READY_FILE_ENV = "MLXHOST_READY_FILE"
+
 # The parent's admin token, beside the worker sockets in its runtime directory.
 ADMIN_TOKEN_FILE = "admin-token"
+
+
+@dataclass(frozen=True)
+class HostReady:
+    """A host that serves: its pid, its TCP URL and Unix socket (each or None), its models."""
+
+    pid: int
+    url: str | None
+    unix: str | None
+    models: tuple[str, ...]
+
+    @classmethod
+    def from_addresses(cls, pid: int, models: Sequence[str], addresses: Sequence[str]) -> HostReady:
+        """From the listener's addresses ("http://127.0.0.1:8000", "unix:/path"): the first of each kind."""
+        url = next((a for a in addresses if a.startswith("http")), None)
+        unix = next((a.removeprefix("unix:") for a in addresses if a.startswith("unix:")), None)
+        return cls(pid, url, unix, tuple(models))
+
+    def to_json(self) -> str:
+        return json.dumps({"pid": self.pid, "url": self.url, "unix": self.unix, "models": list(self.models)})
+
+    @classmethod
+    def from_json(cls, text: str) -> HostReady:
+        """The record `to_json` wrote; ValueError for anything else."""
+        data = json.loads(text)
+        if not _is_ready_record(data):
+            raise ValueError(f"not a host ready record: {text[:200]!r}")
+        return cls(data["pid"], data["url"], data["unix"], tuple(data["models"]))
+
+
+def _is_ready_record(data: object) -> bool:
+    if not isinstance(data, dict) or set(data) != {"pid", "url", "unix", "models"}:
+        return False
+    pid, url, unix, models = data["pid"], data["url"], data["unix"], data["models"]
+    return (
+        isinstance(pid, int)
+        and not isinstance(pid, bool)
+        and all(value is None or isinstance(value, str) for value in (url, unix))
+        and isinstance(models, list)
+        and all(isinstance(model, str) for model in models)
+    )
 
 
 def discovery_file() -> Path:

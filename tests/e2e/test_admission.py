@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest import Server, start_server, wait_until
+
+from mlxhost.testing import RunningHost, start_host, wait_until
 
 PROMPT = [{"role": "user", "content": "Go on forever"}]
 
@@ -21,21 +22,21 @@ def chat(max_tokens: int, stream: bool = False) -> dict[str, Any]:
 
 
 
-def admission(server: Server) -> dict[str, Any]:
+def admission(server: RunningHost) -> dict[str, Any]:
     stats = server.health()["admission"]
     return next(iter(stats.values())) if stats else {"active": 0, "queued": 0, "rejected": 0}
 
 
-def sessions(server: Server) -> dict[str, Any]:
+def sessions(server: RunningHost) -> dict[str, Any]:
     with server.http() as http:
         return http.get("/admin/sessions").json()  # type: ignore[no-any-return]
 
 
-def recent(server: Server, session_id: str) -> dict[str, Any]:
+def recent(server: RunningHost, session_id: str) -> dict[str, Any]:
     return next(s for s in sessions(server)["recent"] if s["id"] == session_id)
 
 
-def assert_every_session_closed_once(server: Server) -> None:
+def assert_every_session_closed_once(server: RunningHost) -> None:
     registry = wait_until(lambda: (r := sessions(server)) and not r["live"] and r)
     assert registry["opened"] == registry["closed"]
     ids = [s["id"] for s in registry["recent"]]
@@ -46,14 +47,14 @@ def assert_every_session_closed_once(server: Server) -> None:
 class Background:
     """A request run in a thread, so the test can do other things meanwhile."""
 
-    def __init__(self, server: Server, body: dict[str, Any], timeout: float = 60.0) -> None:
+    def __init__(self, server: RunningHost, body: dict[str, Any], timeout: float = 60.0) -> None:
         self.response: httpx.Response | None = None
         self.lines: list[str] = []
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(server, body, timeout))
         self._thread.start()
 
-    def _run(self, server: Server, body: dict[str, Any], timeout: float) -> None:
+    def _run(self, server: RunningHost, body: dict[str, Any], timeout: float) -> None:
         try:
             with server.http(timeout) as http:
                 with http.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -80,12 +81,12 @@ class Background:
 
 @pytest.fixture
 def narrow(tiny_model: Path):  # type: ignore[no-untyped-def]
-    server = start_server("--model", str(tiny_model), "--max-active", "1", "--max-queued", "2")
+    server = start_host("--model", str(tiny_model), "--max-active", "1", "--max-queued", "2")
     yield server
     server.stop()
 
 
-def test_one_runs_two_wait_in_order_the_rest_get_429(narrow: Server) -> None:
+def test_one_runs_two_wait_in_order_the_rest_get_429(narrow: RunningHost) -> None:
     running = Background(narrow, chat(1500, stream=True))
     wait_until(lambda: admission(narrow)["active"] == 1)
     second = Background(narrow, chat(20))
@@ -114,7 +115,7 @@ def test_one_runs_two_wait_in_order_the_rest_get_429(narrow: Server) -> None:
     assert_every_session_closed_once(narrow)
 
 
-def test_a_queued_client_that_leaves_never_runs(narrow: Server) -> None:
+def test_a_queued_client_that_leaves_never_runs(narrow: RunningHost) -> None:
     before = narrow.engine()
     running = Background(narrow, chat(1500, stream=True))
     wait_until(lambda: admission(narrow)["active"] == 1)
@@ -130,7 +131,7 @@ def test_a_queued_client_that_leaves_never_runs(narrow: Server) -> None:
     assert_every_session_closed_once(narrow)
 
 
-def test_an_operator_cancels_a_running_session(narrow: Server) -> None:
+def test_an_operator_cancels_a_running_session(narrow: RunningHost) -> None:
     stream = Background(narrow, chat(4000, stream=True))
     wait_until(lambda: stream.response is not None and len(stream.lines) > 4)
     with narrow.http() as http:
@@ -146,7 +147,7 @@ def test_an_operator_cancels_a_running_session(narrow: Server) -> None:
 
 
 def test_a_deadline_closes_the_session(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--request-timeout", "0.5")
+    server = start_host("--model", str(tiny_model), "--request-timeout", "0.5")
     try:
         stream = Background(server, chat(4000, stream=True)).join()
         events = stream.events()
@@ -161,7 +162,7 @@ def test_a_deadline_closes_the_session(tiny_model: Path) -> None:
 
 
 def test_a_consumer_that_stops_reading_is_cancelled(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--idle-timeout", "1", "--stream-interval", "0")
+    server = start_host("--model", str(tiny_model), "--idle-timeout", "1", "--stream-interval", "0")
     try:
         assert server.url is not None
         host, port = server.url.removeprefix("http://").split(":")
@@ -190,7 +191,7 @@ def test_a_consumer_that_stops_reading_is_cancelled(tiny_model: Path) -> None:
         server.stop()
 
 
-def test_a_drained_restart_queues_new_sessions_instead_of_refusing_them(narrow: Server) -> None:
+def test_a_drained_restart_queues_new_sessions_instead_of_refusing_them(narrow: RunningHost) -> None:
     old_pid = narrow.worker()["pid"]
     running = Background(narrow, chat(1500, stream=True))
     wait_until(lambda: admission(narrow)["active"] == 1)
@@ -218,7 +219,7 @@ def test_a_drained_restart_queues_new_sessions_instead_of_refusing_them(narrow: 
 def test_a_second_signal_stops_at_once(tiny_model: Path) -> None:
     import signal
 
-    server = start_server("--model", str(tiny_model), "--shutdown-grace", "60")
+    server = start_host("--model", str(tiny_model), "--shutdown-grace", "60")
     stream = Background(server, chat(4000, stream=True))
     wait_until(lambda: len(stream.lines) > 4)
     server.process.send_signal(signal.SIGTERM)
@@ -234,7 +235,7 @@ def test_a_second_signal_stops_at_once(tiny_model: Path) -> None:
 def test_per_model_limits_from_the_config_file(tiny_model: Path, tmp_path: Path) -> None:
     config = tmp_path / "m.toml"
     config.write_text(f'[[model]]\npath = "{tiny_model}"\nmax_tokens_limit = 16\nmax_active = 1\nmax_queued = 0\n')
-    server = start_server("--config", str(config))
+    server = start_host("--config", str(config))
     try:
         with server.http() as http:
             too_many = http.post("/v1/chat/completions", json=chat(17))

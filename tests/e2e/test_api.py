@@ -9,7 +9,8 @@ from pathlib import Path
 import mlx_lm
 import openai
 import pytest
-from tests.conftest import Server
+
+from mlxhost.testing import RunningHost
 
 HELLO = [{"role": "user", "content": "Tell me about café culture in 日本 🙂"}]
 
@@ -197,7 +198,7 @@ def test_sampling_options_are_accepted(client: openai.OpenAI) -> None:
 
 
 @pytest.mark.parametrize("streams", [2, 8])
-def test_concurrent_streams_are_batched(server: Server, streams: int) -> None:
+def test_concurrent_streams_are_batched(server: RunningHost, streams: int) -> None:
     async def one(client: openai.AsyncOpenAI) -> tuple[float, float, int]:
         response = await client.chat.completions.create(
             model="tiny", messages=HELLO, max_tokens=300, temperature=0, stream=True
@@ -222,16 +223,16 @@ def test_concurrent_streams_are_batched(server: Server, streams: int) -> None:
     assert server.engine()["largest_batch"] >= streams
 
 
-def test_unix_socket_serves_the_same_api(server: Server) -> None:
+def test_unix_socket_serves_the_same_api(server: RunningHost) -> None:
     assert server.unix is not None
     assert server.unix.stat().st_mode & 0o777 == 0o600
-    unix_only = Server(server.process, None, server.unix)
+    unix_only = RunningHost(server.process, None, server.unix)
     with unix_only.client() as client:
         reply = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=5)
     assert reply.usage is not None and reply.usage.completion_tokens >= 1
 
 
-def test_openapi_document_describes_the_routes(server: Server) -> None:
+def test_openapi_document_describes_the_routes(server: RunningHost) -> None:
     with server.http() as http:
         document = http.get("/openapi.json").json()
     assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(document["paths"])
@@ -239,7 +240,7 @@ def test_openapi_document_describes_the_routes(server: Server) -> None:
     assert "messages" in chat["required"] and "temperature" in chat["properties"]
 
 
-def test_health_reports_workers_and_memory(server: Server) -> None:
+def test_health_reports_workers_and_memory(server: RunningHost) -> None:
     health = server.health()
     assert health["status"] == "ok"
     (worker,) = health["workers"]

@@ -6,12 +6,13 @@ Proof comes from the engine's own counters on /health, not from timing.
 from __future__ import annotations
 
 import httpx
-from tests.conftest import Server
+
+from mlxhost.testing import RunningHost
 
 LONG = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 4000, "temperature": 0}
 
 
-def test_streaming_client_disconnect_stops_generation(server: Server) -> None:
+def test_streaming_client_disconnect_stops_generation(server: RunningHost) -> None:
     before = server.wait_for(lambda c: c["active"] == 0)
     memory_before = server.worker_health()["memory"]["active_bytes"]
     with server.http() as http:
@@ -32,7 +33,7 @@ def test_streaming_client_disconnect_stops_generation(server: Server) -> None:
     assert server.engine()["generated_tokens"] == after["generated_tokens"]
 
 
-def test_non_streaming_client_disconnect_stops_generation(server: Server) -> None:
+def test_non_streaming_client_disconnect_stops_generation(server: RunningHost) -> None:
     before = server.wait_for(lambda c: c["active"] == 0)
     with server.http() as http:
         try:
@@ -48,7 +49,7 @@ def test_non_streaming_client_disconnect_stops_generation(server: Server) -> Non
     assert server.engine()["generated_tokens"] == after["generated_tokens"]
 
 
-def test_one_client_leaving_does_not_disturb_another(server: Server) -> None:
+def test_one_client_leaving_does_not_disturb_another(server: RunningHost) -> None:
     with server.http() as http, server.http() as other:
         with http.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as leaving:
             next(leaving.iter_lines())

@@ -8,7 +8,8 @@ import urllib.parse
 import httpx
 import openai
 import pytest
-from tests.conftest import Server
+
+from mlxhost.testing import RunningHost
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -61,7 +62,7 @@ BAD_CHAT_BODIES = [
 
 
 @pytest.mark.parametrize(("body", "param"), BAD_CHAT_BODIES)
-def test_bad_chat_request_names_the_field(server: Server, body: dict[str, object], param: str) -> None:
+def test_bad_chat_request_names_the_field(server: RunningHost, body: dict[str, object], param: str) -> None:
     with server.http() as http:
         response = http.post("/v1/chat/completions", json=body)
     assert response.status_code == 400, response.text
@@ -87,7 +88,7 @@ BAD_COMPLETION_BODIES = [
 
 @pytest.mark.parametrize(("body", "param"), BAD_COMPLETION_BODIES)
 def test_bad_completion_request_names_the_field(
-    server: Server, body: dict[str, object], param: str
+    server: RunningHost, body: dict[str, object], param: str
 ) -> None:
     with server.http() as http:
         response = http.post("/v1/completions", json=body)
@@ -95,7 +96,7 @@ def test_bad_completion_request_names_the_field(
     assert response.json()["error"]["param"] == param
 
 
-def test_context_overflow_says_so(server: Server) -> None:
+def test_context_overflow_says_so(server: RunningHost) -> None:
     with server.http() as http:
         response = http.post("/v1/completions", json={"prompt": "word " * 5000})
     error = response.json()["error"]
@@ -106,7 +107,7 @@ def test_context_overflow_says_so(server: Server) -> None:
     "raw",
     [b"{", b"not json", b"[1, 2]", b'"text"', b"null", b'{"messages": [}', "{\"x\": \"\udcff\"}".encode("utf-8", "surrogatepass")],
 )
-def test_malformed_json_is_a_400(server: Server, raw: bytes) -> None:
+def test_malformed_json_is_a_400(server: RunningHost, raw: bytes) -> None:
     with server.http() as http:
         response = http.post(
             "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
@@ -115,7 +116,7 @@ def test_malformed_json_is_a_400(server: Server, raw: bytes) -> None:
     assert response.json()["error"]["code"] == "invalid_json"
 
 
-def test_body_over_the_limit_is_a_413(server: Server) -> None:
+def test_body_over_the_limit_is_a_413(server: RunningHost) -> None:
     body = json.dumps(chat(user="x" * (5 * 1024 * 1024)))
     with server.http() as http:
         response = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
@@ -123,7 +124,7 @@ def test_body_over_the_limit_is_a_413(server: Server) -> None:
     assert response.json()["error"]["code"] == "request_too_large"
 
 
-def test_unknown_route_is_a_404_and_wrong_method_a_405(server: Server) -> None:
+def test_unknown_route_is_a_404_and_wrong_method_a_405(server: RunningHost) -> None:
     with server.http() as http:
         missing = http.get("/v1/nothing-here")
         wrong = http.get("/v1/chat/completions")
@@ -137,7 +138,7 @@ def test_the_openai_client_raises_bad_request_with_the_param(client: openai.Open
     assert caught.value.param == "temperature"  # type: ignore[attr-defined]
 
 
-def test_errors_keep_the_server_healthy(server: Server) -> None:
+def test_errors_keep_the_server_healthy(server: RunningHost) -> None:
     with server.http() as http:
         for _ in range(3):
             http.post("/v1/chat/completions", content=b"{")
@@ -156,7 +157,7 @@ def controls(text: str) -> list[str]:
 
 @pytest.mark.parametrize("size", [HUGE, 30_000])
 @pytest.mark.parametrize("where", ["body", "message"])
-def test_an_unknown_field_name_is_quoted_short(server: Server, where: str, size: int) -> None:
+def test_an_unknown_field_name_is_quoted_short(server: RunningHost, where: str, size: int) -> None:
     name = "k" * size
     body = chat(**{name: 1}) if where == "body" else {"messages": [{"role": "user", "content": "x", name: 1}]}
     with server.http() as http:
@@ -171,7 +172,7 @@ def test_an_unknown_field_name_is_quoted_short(server: Server, where: str, size:
 
 @pytest.mark.parametrize("size", [HUGE, 16])
 @pytest.mark.parametrize("where", ["body", "message"])
-def test_control_characters_in_a_field_name_come_back_escaped(server: Server, where: str, size: int) -> None:
+def test_control_characters_in_a_field_name_come_back_escaped(server: RunningHost, where: str, size: int) -> None:
     name = "\x1b]0;owned\x07\x1b[2J\x9b" + "x" * size
     body = chat(**{name: 1}) if where == "body" else {"messages": [{"role": "user", "content": "x", name: 1}]}
     with server.http() as http:
@@ -183,7 +184,7 @@ def test_control_characters_in_a_field_name_come_back_escaped(server: Server, wh
     assert "\\x1b]0;owned\\x07" in error["param"]
 
 
-def test_a_model_name_in_the_path_is_quoted_short_and_inert(server: Server) -> None:
+def test_a_model_name_in_the_path_is_quoted_short_and_inert(server: RunningHost) -> None:
     name = "\x1b[2J" + "m" * 10_000
     transport = httpx.HTTPTransport(uds=server.worker()["socket"])
     with httpx.Client(base_url="http://worker", transport=transport, timeout=30) as worker:
@@ -214,7 +215,7 @@ LARGE_BAD_BODIES = [
 
 
 @pytest.mark.parametrize(("route", "body", "param"), LARGE_BAD_BODIES)
-def test_a_large_bad_body_names_the_field(server: Server, route: str, body: dict[str, object], param: str) -> None:
+def test_a_large_bad_body_names_the_field(server: RunningHost, route: str, body: dict[str, object], param: str) -> None:
     with server.http() as http:
         response = http.post(route, content=json.dumps(body), headers=JSON)
     assert response.status_code == 400, response.text
@@ -233,7 +234,7 @@ def test_a_large_bad_body_names_the_field(server: Server, route: str, body: dict
     ],
 )
 def test_a_prompt_that_cannot_fit_is_refused_before_it_is_encoded(
-    server: Server, route: str, body: dict[str, object], param: str, said: str
+    server: RunningHost, route: str, body: dict[str, object], param: str, said: str
 ) -> None:
     with server.http() as http:
         response = http.post(route, content=json.dumps(body), headers=JSON)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 import openai
-from tests.conftest import Server, start_server
 
+from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 
 
@@ -59,8 +59,8 @@ def test_streamed_usage_reports_cached_tokens(client: openai.OpenAI) -> None:
 
 
 def test_the_cache_keeps_at_most_its_size_and_can_be_turned_off(tiny_model: Path) -> None:
-    small = start_server("--model", str(tiny_model), "--prompt-cache-size", "2")
-    off = start_server("--model", str(tiny_model), "--prompt-cache-size", "0")
+    small = start_host("--model", str(tiny_model), "--prompt-cache-size", "2")
+    off = start_host("--model", str(tiny_model), "--prompt-cache-size", "0")
     try:
         with small.client() as client:
             for _ in range(5):
@@ -77,7 +77,7 @@ def test_the_cache_keeps_at_most_its_size_and_can_be_turned_off(tiny_model: Path
         off.stop()
 
 
-def test_the_worker_reports_its_cache(server: Server, client: openai.OpenAI) -> None:
+def test_the_worker_reports_its_cache(server: RunningHost, client: openai.OpenAI) -> None:
     question = fresh_question()
     before = server.worker_health()["prompt_cache"]
     ask(client, question)
@@ -88,7 +88,7 @@ def test_the_worker_reports_its_cache(server: Server, client: openai.OpenAI) -> 
     assert after["entries"] >= 1 and after["bytes"] > 0
 
 
-def ask_worker(server: Server, messages: list[dict[str, str]], scope: str | None) -> tuple[int, int]:
+def ask_worker(server: RunningHost, messages: list[dict[str, str]], scope: str | None) -> tuple[int, int]:
     """(prompt tokens, cached tokens) of a chat sent straight to the worker, as the parent would."""
     headers = {CACHE_SCOPE_HEADER: scope} if scope is not None else {}
     body = {"messages": messages, "max_tokens": 4, "temperature": 0}
@@ -98,7 +98,7 @@ def ask_worker(server: Server, messages: list[dict[str, str]], scope: str | None
     return usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
 
 
-def test_a_caller_never_starts_from_another_callers_cached_prompt(server: Server) -> None:
+def test_a_caller_never_starts_from_another_callers_cached_prompt(server: RunningHost) -> None:
     question = fresh_question()
     alice, bob = f"alice-{uuid.uuid4().hex}", f"bob-{uuid.uuid4().hex}"
     prompt_tokens, _ = ask_worker(server, question, alice)

@@ -20,7 +20,8 @@ import httpx
 import openai
 import psutil
 import pytest
-from tests.conftest import ADMIN_TOKEN, Server, start_server
+
+from mlxhost.testing import ADMIN_TOKEN, RunningHost, start_host
 
 CHAT = "/v1/chat/completions"
 KEY, FILE_KEYS = "key-from-env", ("key-from-file-1", "key-from-file-2")
@@ -32,13 +33,13 @@ def chat(content: str = "Hello", max_tokens: int = 3, **extra: Any) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def keyed(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def keyed(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
     """A host with API keys from the environment and a file, a listed origin and a listed host."""
     keys = tmp_path_factory.mktemp("keys") / "keys"
     keys.write_text("# one key a line\n" + "\n".join(FILE_KEYS) + "\n")
     keys.chmod(0o600)
     socket_path = tmp_path_factory.mktemp("sock") / "h.sock"
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model),
         "--unix", str(socket_path),
         f"--api-key-file={keys}",
@@ -50,12 +51,12 @@ def keyed(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     assert server.stop() == 0
 
 
-def netloc(server: Server) -> str:
+def netloc(server: RunningHost) -> str:
     assert server.url is not None
     return server.url.removeprefix("http://")
 
 
-def raw(server: Server, request: bytes, timeout: float = 10.0) -> bytes:
+def raw(server: RunningHost, request: bytes, timeout: float = 10.0) -> bytes:
     """Send bytes on a fresh connection; return the one answer the host gives (head and body)."""
     host, port = netloc(server).split(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
@@ -92,7 +93,7 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
         {"authorization": "Bearer cl\u00e9-\u00fc"},  # not ASCII: was a 500 with a traceback
     ],
 )
-def test_v1_without_a_valid_key_is_a_401(keyed: Server, headers: dict[str, str]) -> None:
+def test_v1_without_a_valid_key_is_a_401(keyed: RunningHost, headers: dict[str, str]) -> None:
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         for method, path in (("GET", "/v1/models"), ("GET", "/v1/models/tiny"), ("POST", CHAT)):
             encoded = {k: v.encode() for k, v in headers.items()}  # UTF-8 bytes on the wire
@@ -102,21 +103,21 @@ def test_v1_without_a_valid_key_is_a_401(keyed: Server, headers: dict[str, str])
 
 
 @pytest.mark.parametrize("key", [KEY, *FILE_KEYS])
-def test_every_configured_key_works_as_bearer_and_as_x_api_key(keyed: Server, key: str) -> None:
+def test_every_configured_key_works_as_bearer_and_as_x_api_key(keyed: RunningHost, key: str) -> None:
     with openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=key) as client:
         assert client.chat.completions.create(model="tiny", messages=chat()["messages"], max_tokens=2).choices
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         assert http.get("/v1/models", headers={"x-api-key": key}).status_code == 200
 
 
-def test_the_unix_socket_needs_no_key(keyed: Server) -> None:
+def test_the_unix_socket_needs_no_key(keyed: RunningHost) -> None:
     transport = httpx.HTTPTransport(uds=str(keyed.unix))
     with httpx.Client(base_url="http://mlxhost", transport=transport, timeout=30) as http:
         assert http.post(CHAT, json=chat()).status_code == 200
         assert http.get("/admin/state").status_code == 200
 
 
-def test_the_admin_api_needs_its_token_and_not_an_api_key(keyed: Server) -> None:
+def test_the_admin_api_needs_its_token_and_not_an_api_key(keyed: RunningHost) -> None:
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         assert http.get("/admin/state", headers={"authorization": f"Bearer {KEY}"}).status_code == 401
         refused = http.get("/admin/state", headers={"authorization": "Bearer \u00e9".encode()})
@@ -125,7 +126,7 @@ def test_the_admin_api_needs_its_token_and_not_an_api_key(keyed: Server) -> None
 
 
 def test_in_process_honours_the_api_key(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--in-process", env={"MLXHOST_API_KEY": KEY})
+    server = start_host("--model", str(tiny_model), "--in-process", env={"MLXHOST_API_KEY": KEY})
     try:
         with httpx.Client(base_url=server.url or "", timeout=30) as http:
             assert http.get("/v1/models").status_code == 401
@@ -139,11 +140,11 @@ def test_in_process_honours_the_api_key(tiny_model: Path) -> None:
 
 def test_an_unreadable_key_file_stops_startup_naming_the_option(tiny_model: Path, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="api_key_file"):
-        start_server("--model", str(tiny_model), f"--api-key-file={tmp_path / 'missing'}")
+        start_host("--model", str(tiny_model), f"--api-key-file={tmp_path / 'missing'}")
 
 
 def test_binding_beyond_loopback_without_a_key_warns(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--host", "0.0.0.0")
+    server = start_host("--model", str(tiny_model), "--host", "0.0.0.0")
     try:
         assert any("without an API key" in line for line in server.log), server.log
         # No Host list beyond loopback: a reverse proxy's name is fine.
@@ -162,7 +163,7 @@ def test_binding_beyond_loopback_without_a_key_warns(tiny_model: Path) -> None:
     ["evil.example", "evil.example:{port}", "127.0.0.1:1", "localhost", "127.0.0.1.evil.example:{port}", "\x1b[2J"],
 )
 @pytest.mark.parametrize("path", ["/v1/models", "/health", "/metrics", "/admin/state", "/openapi.json"])
-def test_a_host_header_that_does_not_name_the_server_is_a_403(keyed: Server, host: str, path: str) -> None:
+def test_a_host_header_that_does_not_name_the_server_is_a_403(keyed: RunningHost, host: str, path: str) -> None:
     port = netloc(keyed).split(":")[1]
     value = host.format(port=port)
     answer = raw(keyed, f"GET {path} HTTP/1.1\r\nhost: {value}\r\nx-api-key: {KEY}\r\n\r\n".encode())
@@ -173,7 +174,7 @@ def test_a_host_header_that_does_not_name_the_server_is_a_403(keyed: Server, hos
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST:{port}", "mlxhost.test", "mlxhost.test:443"])
-def test_the_bind_and_allowed_hosts_are_served(keyed: Server, host: str) -> None:
+def test_the_bind_and_allowed_hosts_are_served(keyed: RunningHost, host: str) -> None:
     port = netloc(keyed).split(":")[1]
     value = host.format(port=port)
     answer = raw(keyed, f"GET /health HTTP/1.1\r\nhost: {value}\r\nconnection: close\r\n\r\n".encode())
@@ -181,7 +182,7 @@ def test_the_bind_and_allowed_hosts_are_served(keyed: Server, host: str) -> None
 
 
 @pytest.mark.parametrize("origin", ["http://evil.example", "null", "http://app.test:3001", "http://localhost"])
-def test_a_browser_origin_that_is_not_listed_is_a_403(keyed: Server, origin: str) -> None:
+def test_a_browser_origin_that_is_not_listed_is_a_403(keyed: RunningHost, origin: str) -> None:
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         for method, path in (("GET", "/health"), ("GET", "/metrics"), ("POST", CHAT), ("OPTIONS", CHAT)):
             headers = {"origin": origin, "x-api-key": KEY, "access-control-request-method": "POST"}
@@ -191,7 +192,7 @@ def test_a_browser_origin_that_is_not_listed_is_a_403(keyed: Server, origin: str
             assert "access-control-allow-origin" not in response.headers
 
 
-def test_a_listed_origin_gets_cors(keyed: Server) -> None:
+def test_a_listed_origin_gets_cors(keyed: RunningHost) -> None:
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         preflight = http.options(
             CHAT,
@@ -221,7 +222,7 @@ def test_a_listed_origin_gets_cors(keyed: Server) -> None:
     [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx"],
 )
 @pytest.mark.parametrize("path", [CHAT, "/v1/completions"])
-def test_a_body_that_is_not_json_is_a_415(keyed: Server, content_type: str | None, path: str) -> None:
+def test_a_body_that_is_not_json_is_a_415(keyed: RunningHost, content_type: str | None, path: str) -> None:
     headers = {"x-api-key": KEY} | ({"content-type": content_type} if content_type else {})
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         response = http.post(path, content=json.dumps(chat()).encode(), headers=headers)
@@ -231,14 +232,14 @@ def test_a_body_that_is_not_json_is_a_415(keyed: Server, content_type: str | Non
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"])
-def test_json_bodies_pass(keyed: Server, content_type: str) -> None:
+def test_json_bodies_pass(keyed: RunningHost, content_type: str) -> None:
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         response = http.post(CHAT, content=json.dumps(chat()).encode(), headers={"x-api-key": KEY, "content-type": content_type})
     assert response.status_code == 200, response.text
 
 
 def test_http2_is_refused_unless_configured(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--http2")
+    server = start_host("--model", str(tiny_model), "--http2")
     try:
         with httpx.Client(base_url=server.url or "", http1=False, http2=True, timeout=30) as http:
             response = http.post(CHAT, json=chat())
@@ -247,7 +248,7 @@ def test_http2_is_refused_unless_configured(tiny_model: Path) -> None:
         server.stop()
 
 
-def test_http2_is_off_by_default(keyed: Server) -> None:
+def test_http2_is_off_by_default(keyed: RunningHost) -> None:
     with httpx.Client(base_url=keyed.url or "", http1=False, http2=True, timeout=30) as http:
         response = http.post(CHAT, json=chat(), headers={"x-api-key": KEY})
     assert response.status_code == 505 and error_of(response)["code"] == "http2_disabled"
@@ -257,8 +258,8 @@ def test_http2_is_off_by_default(keyed: Server) -> None:
 
 
 @pytest.fixture(scope="module")
-def narrow(tiny_model: Path) -> Iterator[Server]:
-    server = start_server(
+def narrow(tiny_model: Path) -> Iterator[RunningHost]:
+    server = start_host(
         "--model", str(tiny_model),
         "--max-connections=3", "--body-timeout=1", "--max-active=1", "--max-queued=0",
     )
@@ -266,7 +267,7 @@ def narrow(tiny_model: Path) -> Iterator[Server]:
     assert server.stop() == 0
 
 
-def test_a_body_that_does_not_arrive_is_a_408(narrow: Server) -> None:
+def test_a_body_that_does_not_arrive_is_a_408(narrow: RunningHost) -> None:
     began = time.monotonic()
     answer = raw(
         narrow,
@@ -278,7 +279,7 @@ def test_a_body_that_does_not_arrive_is_a_408(narrow: Server) -> None:
     assert b"body_timeout" in answer and time.monotonic() - began < 15
 
 
-def test_connections_past_the_cap_get_a_503_and_are_closed(narrow: Server) -> None:
+def test_connections_past_the_cap_get_a_503_and_are_closed(narrow: RunningHost) -> None:
     host, port = netloc(narrow).split(":")
     held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
     try:
@@ -300,7 +301,7 @@ def test_connections_past_the_cap_get_a_503_and_are_closed(narrow: Server) -> No
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
-def test_a_full_model_refuses_before_reading_the_body(narrow: Server) -> None:
+def test_a_full_model_refuses_before_reading_the_body(narrow: RunningHost) -> None:
     with httpx.Client(base_url=narrow.url or "", timeout=60) as http:
         body = chat("Go on forever", max_tokens=4000, stream=True, temperature=0)
         with http.stream("POST", CHAT, json=body) as running:
@@ -321,7 +322,7 @@ def test_a_full_model_refuses_before_reading_the_body(narrow: Server) -> None:
 # -- client text is bounded and inert ---------------------------------------------------------
 
 
-def parent_rss(server: Server) -> int:
+def parent_rss(server: RunningHost) -> int:
     with server.http() as http:
         pid = http.get("/admin/state").json()["host"]["pid"]
     return psutil.Process(pid).memory_info().rss  # type: ignore[no-any-return]
@@ -329,7 +330,7 @@ def parent_rss(server: Server) -> int:
 
 @pytest.mark.slow
 def test_a_megabyte_field_name_is_quoted_short_and_not_kept(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model))
+    server = start_host("--model", str(tiny_model))
     try:
         with server.http(timeout=60) as http:
             name = "\x1b]0;owned\x07" + "k" * (1 << 20)
@@ -362,7 +363,7 @@ def test_a_megabyte_field_name_is_quoted_short_and_not_kept(tiny_model: Path) ->
         server.stop()
 
 
-def test_a_model_name_with_control_characters_comes_back_escaped(keyed: Server) -> None:
+def test_a_model_name_with_control_characters_comes_back_escaped(keyed: RunningHost) -> None:
     with httpx.Client(base_url=keyed.url or "", timeout=30, headers={"x-api-key": KEY}) as http:
         response = http.get("/v1/models/%1b[2J" + "m" * 2000)
         assert response.status_code == 404
@@ -374,14 +375,14 @@ def test_a_model_name_with_control_characters_comes_back_escaped(keyed: Server) 
 # -- prompt caches are per caller -------------------------------------------------------------
 
 
-def cached(server: Server, key: str, prompt: str, **extra: Any) -> int:
+def cached(server: RunningHost, key: str, prompt: str, **extra: Any) -> int:
     with httpx.Client(base_url=server.url or "", timeout=60, headers={"x-api-key": key}) as http:
         response = http.post(CHAT, json=chat(prompt, max_tokens=2, temperature=0, **extra))
     assert response.status_code == 200, response.text
     return response.json()["usage"]["prompt_tokens_details"]["cached_tokens"]  # type: ignore[no-any-return]
 
 
-def test_one_caller_never_sees_another_callers_cached_prefix(keyed: Server) -> None:
+def test_one_caller_never_sees_another_callers_cached_prefix(keyed: RunningHost) -> None:
     secret, other, another = (f"{word} {uuid.uuid4().hex} " * 4 for word in ("secret", "unrelated", "more"))
     cached(keyed, KEY, secret)  # warms KEY's scope
     reused = cached(keyed, KEY, secret)
@@ -398,7 +399,7 @@ def test_one_caller_never_sees_another_callers_cached_prefix(keyed: Server) -> N
     assert cached(keyed, KEY, secret, cache_salt="tenant-b") == 0
 
 
-def test_a_client_cannot_name_its_own_cache_scope(keyed: Server) -> None:
+def test_a_client_cannot_name_its_own_cache_scope(keyed: RunningHost) -> None:
     prompt = f"private {uuid.uuid4().hex} " * 4
     cached(keyed, KEY, prompt, cache_salt="private")
     with httpx.Client(base_url=keyed.url or "", timeout=60) as http:
@@ -412,7 +413,7 @@ def test_a_client_cannot_name_its_own_cache_scope(keyed: Server) -> None:
     assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
-def test_admin_paths_quote_ids_short_and_inert(keyed: Server) -> None:
+def test_admin_paths_quote_ids_short_and_inert(keyed: RunningHost) -> None:
     with keyed.http() as http:
         for path in ("/admin/sessions/%1b]0;x%07" + "s" * 3000 + "/cancel", "/admin/workers/%1b[2J" + "w" * 3000 + "/restart"):
             response = http.post(path)

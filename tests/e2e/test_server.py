@@ -11,12 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.conftest import Server, start_server
+
+from mlxhost.testing import RunningHost, start_host
 
 PROMPT = [{"role": "user", "content": "Hello"}]
 
 
-def stream_in_background(server: Server, max_tokens: int) -> tuple[threading.Thread, list[str], threading.Event]:
+def stream_in_background(server: RunningHost, max_tokens: int) -> tuple[threading.Thread, list[str], threading.Event]:
     lines: list[str] = []
     started = threading.Event()
 
@@ -39,7 +40,7 @@ def events(lines: list[str]) -> list[object]:
 
 def test_sigterm_lets_a_running_stream_finish_then_exits_0(tiny_model: Path, tmp_path: Path) -> None:
     socket = tmp_path / "s.sock"
-    server = start_server("--model", str(tiny_model), "--unix", str(socket))
+    server = start_host("--model", str(tiny_model), "--unix", str(socket))
     thread, lines, started = stream_in_background(server, max_tokens=300)
     assert started.wait(10)
     assert server.stop(signal.SIGTERM) == 0
@@ -52,7 +53,7 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_0(tiny_model: Path, tmp
 
 def test_sigterm_past_the_grace_ends_streams_with_a_shutdown_error(tiny_model: Path, tmp_path: Path) -> None:
     socket = tmp_path / "s.sock"
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--unix", str(socket), "--shutdown-grace", "1"
     )
     thread, lines, started = stream_in_background(server, max_tokens=4000)
@@ -73,7 +74,7 @@ def test_sigterm_past_the_grace_ends_streams_with_a_shutdown_error(tiny_model: P
 
 def test_unix_socket_only(tiny_model: Path, tmp_path: Path) -> None:
     socket = tmp_path / "only.sock"
-    server = start_server("--model", str(tiny_model), "--unix", str(socket), "--no-tcp", tcp=False)
+    server = start_host("--model", str(tiny_model), "--unix", str(socket), "--no-tcp", tcp=False)
     try:
         assert server.url is None
         with server.http() as http:
@@ -84,7 +85,7 @@ def test_unix_socket_only(tiny_model: Path, tmp_path: Path) -> None:
 
 
 def test_serve_without_a_model_serves_the_demo(tmp_path: Path) -> None:
-    server = start_server(env={"XDG_CACHE_HOME": str(tmp_path)})
+    server = start_host(env={"XDG_CACHE_HOME": str(tmp_path)})
     try:
         with server.client() as client:
             assert [m.id for m in client.models.list().data] == ["mlxhost-demo"]
@@ -140,7 +141,7 @@ def test_bad_settings_stop_startup_with_a_clear_message(
 
 
 def test_a_port_in_use_is_reported(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model))
+    server = start_host("--model", str(tiny_model))
     try:
         assert server.url is not None
         port = server.url.rsplit(":", 1)[1]
@@ -152,7 +153,7 @@ def test_a_port_in_use_is_reported(tiny_model: Path) -> None:
 
 
 def test_streams_send_keepalive_comments_while_waiting(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--keepalive-seconds", "0.001")
+    server = start_host("--model", str(tiny_model), "--keepalive-seconds", "0.001")
     try:
         body = {"prompt": [100] * 3500, "max_tokens": 5, "temperature": 0, "stream": True}
         with server.http() as http, http.stream("POST", "/v1/completions", json=body) as response:

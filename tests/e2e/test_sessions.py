@@ -13,11 +13,11 @@ from typing import Any
 
 import anyio
 import pytest
-from tests.conftest import Server, start_server
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.pool import ModelPool, UnknownModel
 from mlxhost.host.sessions import RECENT_KEPT, Outcome, SessionRegistry
+from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.inert import EXCERPT_CHARS, MESSAGE_CHARS
 
 HUGE = "\x1b]0;pwned\x07\x1b[2J" + "k" * 1_000_000
@@ -41,7 +41,7 @@ def test_the_recent_sessions_hold_bounded_bytes() -> None:
         for _ in range(RECENT_KEPT + 10):
             session = registry.open("m", stream=False)
             registry.close(session, Outcome.failed(HUGE[:100_000], HUGE[:100_000]))
-        return len(json.dumps([s.snapshot() for s in registry.recent()]))
+        return len(json.dumps([s.snapshot().to_json() for s in registry.recent()]))
 
     assert anyio.run(main) < RECENT_KEPT * 2 * 1024
 
@@ -59,7 +59,7 @@ def test_an_unknown_model_name_is_quoted_as_an_excerpt(tmp_path: Path) -> None:
     assert len(message) < 300 and "\x1b" not in message and "characters in all" in message
 
 
-def live_session(server: Server, session_id: str) -> dict[str, Any] | None:
+def live_session(server: RunningHost, session_id: str) -> dict[str, Any] | None:
     with server.http() as http:
         live = http.get("/admin/state").json()["sessions"]["live"]
     return next((s for s in live if s["id"] == session_id), None)
@@ -67,7 +67,7 @@ def live_session(server: Server, session_id: str) -> dict[str, Any] | None:
 
 def test_a_cancelled_session_closes_once_its_worker_dropped_the_sequence(tiny_model: Path) -> None:
     # No liveness checks: the worker is frozen on purpose for a moment.
-    server = start_server("--model", str(tiny_model), "--health-interval", "0")
+    server = start_host("--model", str(tiny_model), "--health-interval", "0")
     target: dict[str, str] = {}
     seen: dict[str, Any] = {}
 

@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from tests.conftest import Server, start_server
+
+from mlxhost.testing import RunningHost, start_host
 
 pytestmark = pytest.mark.chaos
 
@@ -46,7 +47,7 @@ class Tally:
                 self.failures.append(f"error code {code}")
 
 
-def stream_once(server: Server, tally: Tally, max_tokens: int, stop_after: int | None = None) -> None:
+def stream_once(server: RunningHost, tally: Tally, max_tokens: int, stop_after: int | None = None) -> None:
     body = {"messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     answered = False
     try:
@@ -82,7 +83,7 @@ def stream_once(server: Server, tally: Tally, max_tokens: int, stop_after: int |
         tally.failures.append(f"{type(exc).__name__}: {exc}")
 
 
-def clients(server: Server, tally: Tally, stop: threading.Event, count: int = 8, **kwargs: Any) -> list[threading.Thread]:
+def clients(server: RunningHost, tally: Tally, stop: threading.Event, count: int = 8, **kwargs: Any) -> list[threading.Thread]:
     def loop() -> None:
         while not stop.is_set():
             stream_once(server, tally, **kwargs)
@@ -93,11 +94,11 @@ def clients(server: Server, tally: Tally, stop: threading.Event, count: int = 8,
     return threads
 
 
-def spawned_pids(server: Server) -> set[int]:
+def spawned_pids(server: RunningHost) -> set[int]:
     return {int(m) for line in server.log for m in re.findall(r"spawned pid (\d+)", line)}
 
 
-def assert_clean_aftermath(server: Server) -> None:
+def assert_clean_aftermath(server: RunningHost) -> None:
     """No session open, every old worker gone, only live sockets in the runtime directory."""
     deadline = time.monotonic() + 15
     while True:
@@ -118,7 +119,7 @@ def assert_clean_aftermath(server: Server) -> None:
 
 @pytest.mark.slow
 def test_twenty_kills_under_eight_streams(tiny_model: Path) -> None:
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--restart-limit", "100", "--crash-backoff", "0", "--early-exit", "0"
     )
     tally, stop = Tally(), threading.Event()
@@ -147,7 +148,7 @@ def test_twenty_kills_under_eight_streams(tiny_model: Path) -> None:
 
 
 def test_a_frozen_worker_is_replaced_and_its_clients_released(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--health-interval", "0.3", "--health-timeout", "1")
+    server = start_host("--model", str(tiny_model), "--health-interval", "0.3", "--health-timeout", "1")
     tally = Tally()
     try:
         frozen = server.health()["workers"][0]["pid"]
@@ -176,7 +177,7 @@ def test_a_frozen_worker_is_replaced_and_its_clients_released(tiny_model: Path) 
 
 
 def test_clients_that_leave_at_random_points(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model))
+    server = start_host("--model", str(tiny_model))
     tally = Tally()
     try:
         rng = random.Random(7)
@@ -199,7 +200,7 @@ def test_clients_that_leave_at_random_points(tiny_model: Path) -> None:
 
 
 def test_a_slow_reader_slows_only_itself(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--stream-interval", "0")
+    server = start_host("--model", str(tiny_model), "--stream-interval", "0")
     tally = Tally()
     try:
         body = {"messages": PROMPT, "max_tokens": 400, "temperature": 0, "stream": True}
@@ -230,7 +231,7 @@ def test_a_slow_reader_slows_only_itself(tiny_model: Path) -> None:
 
 
 def test_sigterm_in_the_middle_of_it_all(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--shutdown-grace", "1")
+    server = start_host("--model", str(tiny_model), "--shutdown-grace", "1")
     tally, stop = Tally(), threading.Event()
     threads = clients(server, tally, stop, max_tokens=3000)
     time.sleep(1.0)

@@ -1,4 +1,4 @@
-"""Isolation and supervision, with real processes: crashes, hangs, budgets, orphans, the pool."""
+"""Isolation and supervision, with real processes: crashes, hangs, budgets, orphans, drains."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ import anyio
 import httpx
 import psutil
 import pytest
-from tests.conftest import Server, start_server, wait_until
 
-from mlxhost.demo import make_model
 from mlxhost.host.liveness import why_hung
+from mlxhost.testing import RunningHost, start_host, wait_until
 
 FAULTY = f"{sys.executable} {Path(__file__).parent / 'workers' / 'faulty.py'}"
 LONG_CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 4000, "temperature": 0}
@@ -28,12 +27,12 @@ SHORT_CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
 @pytest.fixture
 def host(tiny_model: Path):  # type: ignore[no-untyped-def]
-    server = start_server("--model", str(tiny_model), "--crash-backoff", "0.2")
+    server = start_host("--model", str(tiny_model), "--crash-backoff", "0.2")
     yield server
     server.stop()
 
 
-def test_the_parent_never_loads_mlx(host: Server) -> None:
+def test_the_parent_never_loads_mlx(host: RunningHost) -> None:
     with host.http() as http:
         assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
     parent_maps = Path(f"/proc/{host.process.pid}/maps").read_text()
@@ -54,7 +53,7 @@ def test_the_parent_never_loads_mlx(host: Server) -> None:
     assert imports.stdout.strip() == "[]"
 
 
-def test_worker_killed_mid_stream(host: Server) -> None:
+def test_worker_killed_mid_stream(host: RunningHost) -> None:
     old_pid = host.worker()["pid"]
     events: list[str] = []
     with host.http() as http, http.stream("POST", "/v1/chat/completions", json={**LONG_CHAT, "stream": True}) as response:
@@ -77,7 +76,7 @@ def test_worker_killed_mid_stream(host: Server) -> None:
         assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
 
 
-def test_worker_killed_mid_non_stream(host: Server) -> None:
+def test_worker_killed_mid_non_stream(host: RunningHost) -> None:
     old_pid = host.worker()["pid"]
     result: dict[str, httpx.Response] = {}
 
@@ -103,7 +102,7 @@ def test_worker_killed_mid_non_stream(host: Server) -> None:
 
 
 def test_restart_budget_is_exhausted_then_an_operator_restarts(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--restart-limit", "2", "--crash-backoff", "0")
+    server = start_host("--model", str(tiny_model), "--restart-limit", "2", "--crash-backoff", "0")
     try:
         for _ in range(3):
             worker = wait_until(lambda: (w := server.worker())["state"] == "ready" and w)
@@ -128,7 +127,7 @@ def test_restart_budget_is_exhausted_then_an_operator_restarts(tiny_model: Path)
 
 
 def test_restarting_answers_503_with_retry_after(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--crash-backoff", "3", "--early-exit", "60")
+    server = start_host("--model", str(tiny_model), "--crash-backoff", "3", "--early-exit", "60")
     try:
         # Two early exits in a row: the third start waits crash_backoff seconds.
         for _ in range(2):
@@ -146,7 +145,7 @@ def test_restarting_answers_503_with_retry_after(tiny_model: Path) -> None:
 
 
 def test_a_worker_that_exits_during_load_is_reported(tiny_model: Path) -> None:
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model),
         "--worker-command", f"{FAULTY} exit-during-load",
         "--restart-limit", "1", "--crash-backoff", "0.1",
@@ -166,7 +165,7 @@ def test_a_worker_that_exits_during_load_is_reported(tiny_model: Path) -> None:
 
 
 def test_a_worker_that_never_becomes_ready_times_out(tiny_model: Path) -> None:
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model),
         "--worker-command", f"{FAULTY} never-ready",
         "--load-timeout", "1", "--restart-limit", "0",
@@ -193,7 +192,7 @@ def test_the_worker_refuses_another_protocol_version(tiny_model: Path, tmp_path:
         assert worker.returncode == 2
         assert said in worker.stderr
     # The parent reports the worker's reason.
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--worker-command", f"{FAULTY} version 99", "--restart-limit", "0"
     )
     try:
@@ -205,7 +204,7 @@ def test_the_worker_refuses_another_protocol_version(tiny_model: Path, tmp_path:
 
 
 def test_killing_the_parent_leaves_no_worker_behind(tiny_model: Path, tmp_path: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--runtime-dir", str(tmp_path))
+    server = start_host("--model", str(tiny_model), "--runtime-dir", str(tmp_path))
     worker = psutil.Process(server.worker()["pid"])
     server.process.kill()
     server.process.wait()
@@ -220,97 +219,8 @@ def test_killing_the_parent_leaves_no_worker_behind(tiny_model: Path, tmp_path: 
     wait_until(lambda: not list(tmp_path.iterdir()))  # nor its socket or runtime directory
 
 
-@pytest.fixture(scope="module")
-def three_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    root = tmp_path_factory.mktemp("pool")
-    return [make_model(root / name, size="tiny", seed=seed) for seed, name in enumerate("abc")]
-
-
-def resident(server: Server) -> set[str]:
-    return {w["model"] for w in server.health()["workers"]}
-
-
-def test_the_pool_evicts_the_least_recently_used_idle_model(three_models: list[Path]) -> None:
-    a, b, c = three_models
-    server = start_server(
-        "--model", f"alpha={a}", "--model", f"beta={b}", "--model", f"gamma={c}", "--max-resident", "2"
-    )
-    try:
-        assert resident(server) == {"alpha"}  # the default preloads; the rest start on demand
-        with server.http() as http:
-            assert http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"}).json()["model"] == "beta"
-            assert resident(server) == {"alpha", "beta"}
-            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "alpha"})  # beta is now LRU
-            assert http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "gamma"}).json()["model"] == "gamma"
-            assert resident(server) == {"alpha", "gamma"}
-    finally:
-        server.stop()
-
-
-def test_the_pool_never_evicts_a_model_with_requests_in_flight(three_models: list[Path]) -> None:
-    a, b, c = three_models
-    server = start_server(
-        "--model", f"alpha={a}", "--model", f"beta={b}", "--model", f"gamma={c}", "--max-resident", "2"
-    )
-    try:
-        with server.http() as http, server.http() as other:
-            with http.stream("POST", "/v1/chat/completions", json={**LONG_CHAT, "stream": True, "model": "alpha"}) as stream:
-                lines = stream.iter_lines()  # kept: a dropped iterator would close the stream
-                next(lines)
-                # Frozen, alpha's worker keeps that request in flight for as long as the test needs.
-                alpha = server.worker("alpha")["pid"]
-                os.kill(alpha, signal.SIGSTOP)
-                try:
-                    other.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"})
-                    # alpha is the least recently used, but busy: beta goes.
-                    other.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "gamma"})
-                    assert resident(server) == {"alpha", "gamma"}
-                finally:
-                    os.kill(alpha, signal.SIGCONT)
-    finally:
-        server.stop()
-
-
-def test_routing_by_name_alias_and_the_strict_policy(three_models: list[Path], tmp_path: Path) -> None:
-    a, b, _ = three_models
-    config = tmp_path / "models.toml"
-    config.write_text(
-        f'[[model]]\nid = "alpha"\npath = "{a}"\n\n[[model]]\nid = "beta"\npath = "{b}"\naliases = ["b", "second"]\n'
-    )
-    lenient = start_server("--config", str(config))
-    try:
-        with lenient.http() as http:
-            assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "second"}).json()["model"] == "beta"
-            assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}).json()["model"] == "alpha"
-            assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "nope"}).json()["model"] == "alpha"
-            assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["alpha", "beta"]
-    finally:
-        lenient.stop()
-    strict = start_server("--config", str(config), "--strict-models")
-    try:
-        with strict.http() as http:
-            response = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "nope"})
-        assert response.status_code == 404
-        assert response.json()["error"]["code"] == "model_not_found"
-    finally:
-        strict.stop()
-
-
-def test_an_idle_model_is_unloaded_and_comes_back_on_demand(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--idle-ttl", "1")
-    try:
-        wait_until(lambda: not server.health()["workers"], timeout=10)
-        assert server.health()["status"] == "ok"  # it can still load on demand
-        with server.http() as http:
-            assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
-    finally:
-        server.stop()
-    log = "".join(server.log)
-    assert "unused for 1s" in log and log.count("spawned pid") == 2
-
-
 def test_the_runtime_directory_is_private_and_removed(tiny_model: Path, tmp_path: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--runtime-dir", str(tmp_path))
+    server = start_host("--model", str(tiny_model), "--runtime-dir", str(tmp_path))
     (runtime,) = list(tmp_path.iterdir())
     assert runtime.stat().st_mode & 0o777 == 0o700
     assert any(p.suffix == ".sock" for p in runtime.iterdir())
@@ -318,28 +228,8 @@ def test_the_runtime_directory_is_private_and_removed(tiny_model: Path, tmp_path
     assert not runtime.exists()
 
 
-def test_the_memory_budget_evicts_by_the_workers_readings(three_models: list[Path]) -> None:
-    a, b, c = three_models
-    # Each tiny worker reads about 1 MB (weights ~0.8 MB plus cache): two fit in 2.5 MB, three don't.
-    server = start_server(
-        "--model", f"alpha={a}", "--model", f"beta={b}", "--model", f"gamma={c}",
-        "--max-resident", "3", "--memory-budget", str(2_500_000),
-    )
-    try:
-        with server.http() as http:
-            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"})
-            assert resident(server) == {"alpha", "beta"}
-            wait_until(lambda: all(w["memory"] for w in server.health()["workers"]))
-            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "beta"})
-            http.post("/v1/chat/completions", json={**SHORT_CHAT, "model": "gamma"})
-            assert resident(server) == {"beta", "gamma"}
-    finally:
-        server.stop()
-    assert "memory_budget" in "".join(server.log)
-
-
 def test_in_process_mode_serves_without_a_worker(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--in-process")
+    server = start_host("--model", str(tiny_model), "--in-process")
     try:
         with server.client() as client:
             reply = client.chat.completions.create(model="x", messages=SHORT_CHAT["messages"], max_tokens=3)  # type: ignore[arg-type]
@@ -352,12 +242,12 @@ def test_in_process_mode_serves_without_a_worker(tiny_model: Path) -> None:
         assert server.stop() == 0
 
 
-def exhausted(server: Server) -> dict:  # type: ignore[type-arg]
+def exhausted(server: RunningHost) -> dict:  # type: ignore[type-arg]
     return wait_until(lambda: (w := server.worker())["state"] == "exhausted" and w, timeout=60)  # type: ignore[no-any-return]
 
 
 def test_a_worker_that_cannot_be_spawned_leaves_the_host_up(tiny_model: Path) -> None:
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--worker-command", "/nonexistent",
         "--restart-limit", "2", "--crash-backoff", "0.1",
     )
@@ -386,7 +276,7 @@ def test_a_worker_that_cannot_be_spawned_leaves_the_host_up(tiny_model: Path) ->
     ],
 )
 def test_a_launch_mismatch_is_not_tried_again(tiny_model: Path, mode: str, said: str) -> None:
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--worker-command", f"{FAULTY} {mode}", "--crash-backoff", "0"
     )
     try:
@@ -408,7 +298,7 @@ def test_a_launch_mismatch_is_not_tried_again(tiny_model: Path, mode: str, said:
 def test_a_load_that_keeps_timing_out_is_given_up(tiny_model: Path) -> None:
     # Each try outlasts the restart window (as a 15-minute load outlasts a 60 s window), so the
     # window alone would never run out: failed starts in a row are counted too.
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--worker-command", f"{FAULTY} never-ready",
         "--load-timeout", "1", "--restart-window", "0.5", "--restart-limit", "1", "--crash-backoff", "0",
     )
@@ -424,7 +314,7 @@ def test_a_load_that_keeps_timing_out_is_given_up(tiny_model: Path) -> None:
 
 
 def test_a_gone_worker_shows_no_pid_and_no_memory(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--restart-limit", "0")
+    server = start_host("--model", str(tiny_model), "--restart-limit", "0")
     try:
         worker = wait_until(lambda: (w := server.worker())["memory"] and w)
         os.kill(worker["pid"], signal.SIGKILL)
@@ -455,7 +345,7 @@ def assert_finished(frames: list[str]) -> None:
 
 def test_ctrl_c_lets_a_running_stream_finish(tiny_model: Path) -> None:
     # As at a terminal: the host is a foreground job, and Ctrl-C signals its whole process group.
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--health-interval", "0.2", "--shutdown-grace", "120", new_session=True
     )
     try:
@@ -474,7 +364,7 @@ def test_ctrl_c_lets_a_running_stream_finish(tiny_model: Path) -> None:
 
 
 def test_a_worker_draining_on_its_own_is_not_taken_for_hung(tiny_model: Path) -> None:
-    server = start_server("--model", str(tiny_model), "--health-interval", "0.2", "--shutdown-grace", "120")
+    server = start_host("--model", str(tiny_model), "--health-interval", "0.2", "--shutdown-grace", "120")
     try:
         pid = server.worker()["pid"]
         body = {**LONG_CHAT, "max_tokens": 3000, "stream": True}

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.conftest import Server, start_server, wait_until
 
+from mlxhost.testing import RunningHost, start_host, wait_until
 from mlxhost.wire.launch import WORKER_READY, LaunchRecord
 from mlxhost.wire.layout import ADMIN_TOKEN_FILE
 
@@ -39,7 +39,7 @@ EMPTY_MESSAGES = json.dumps({"messages": [{"role": "user", "content": ""}] * 100
 class Reader:
     """A stream read in a thread, with the arrival time of each SSE frame."""
 
-    def __init__(self, server: Server, body: dict[str, object] = LONG) -> None:
+    def __init__(self, server: RunningHost, body: dict[str, object] = LONG) -> None:
         self.arrivals: list[float] = []
         self.frames: list[str] = []
         self._started = threading.Event()
@@ -47,7 +47,7 @@ class Reader:
         self._thread.start()
         assert self._started.wait(60), "the stream never started"
 
-    def _read(self, server: Server, body: dict[str, object]) -> None:
+    def _read(self, server: RunningHost, body: dict[str, object]) -> None:
         with server.http(timeout=120) as http, http.stream("POST", "/v1/chat/completions", json=body) as r:
             for line in r.iter_lines():
                 if line.startswith("data: "):
@@ -70,15 +70,15 @@ class Reader:
         return self.frames
 
 
-def post_raw(server: Server, body: bytes) -> httpx.Response:
+def post_raw(server: RunningHost, body: bytes) -> httpx.Response:
     with server.http(timeout=120) as http:
         return http.post("/v1/chat/completions", content=body, headers=JSON)
 
 
 @pytest.fixture(scope="module")
-def watched(tiny_model: Path) -> Iterator[Server]:
+def watched(tiny_model: Path) -> Iterator[RunningHost]:
     """A host that kills a worker not answering its health check within 2 s, checked 4 times a second."""
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--health-interval", "0.25", "--health-timeout", "2",
         "--prefill-step", "256",
     )
@@ -86,7 +86,7 @@ def watched(tiny_model: Path) -> Iterator[Server]:
     server.stop()
 
 
-def test_a_body_of_100000_empty_messages_is_refused_without_stalling_a_stream(watched: Server) -> None:
+def test_a_body_of_100000_empty_messages_is_refused_without_stalling_a_stream(watched: RunningHost) -> None:
     reader = Reader(watched)
     start = time.monotonic()
     response = post_raw(watched, EMPTY_MESSAGES)
@@ -102,7 +102,7 @@ def test_a_body_of_100000_empty_messages_is_refused_without_stalling_a_stream(wa
     assert reader.finish()[-1] == "data: [DONE]"
 
 
-def test_eight_such_bodies_and_a_long_prompt_restart_no_worker(watched: Server) -> None:
+def test_eight_such_bodies_and_a_long_prompt_restart_no_worker(watched: RunningHost) -> None:
     before = watched.worker()
     reader = Reader(watched)
     results: list[int] = []
@@ -132,7 +132,7 @@ def test_eight_such_bodies_and_a_long_prompt_restart_no_worker(watched: Server) 
 
 def test_a_wedged_generation_thread_says_so_on_health(tiny_model: Path) -> None:
     # No liveness checks here, so the stalled worker stays up to be looked at.
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--worker-command", WEDGED, "--stall-timeout", "1",
         "--health-interval", "0", "--shutdown-grace", "0.5", "--stop-timeout", "1",
     )
@@ -149,7 +149,7 @@ def test_a_wedged_generation_thread_says_so_on_health(tiny_model: Path) -> None:
 
 
 def test_a_wedged_worker_is_killed_and_replaced(tiny_model: Path) -> None:
-    server = start_server(
+    server = start_host(
         "--model", str(tiny_model), "--worker-command", WEDGED, "--stall-timeout", "1",
         "--health-interval", "0.5", "--crash-backoff", "0", "--request-timeout", "60",
     )
