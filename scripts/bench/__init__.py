@@ -1,0 +1,40 @@
+"""Benchmark mlxhost against raw mlx-lm and mlx-lm's own server: same model, same prompt, greedy,
+same max_tokens.
+
+    python scripts/bench [--model DIR | --size tiny|bench] [--max-tokens N] [--repeats N]
+                         [--concurrency 1,4,8,16] [--ttft-requests N] [--quick]
+                         [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N]
+
+Four paths are measured in one run, their repeats interleaved, the order rotating from one repeat
+to the next, so that a noisy machine slows all of them alike:
+
+raw            mlx-lm in this process (`bench.raw`).
+mlx_lm.server  the peer: `python -m mlx_lm server` from the installed mlx-lm (`bench.mlx_lm_server`).
+in-process     `python -m mlxhost serve --in-process`: the serving core and the model in one
+               process. Its prompt cache is on (its default), as mlx_lm.server's is.
+isolated       `python -m mlxhost serve` (the default): a parent process that never imports MLX,
+               proxying each request over a private Unix socket to a worker process that holds
+               the model.
+
+The measurements, one module each, in the order a run takes them (`bench.run`):
+  throughput     decode, end-to-end and total tok/s at every concurrency, all four paths
+  ttft           time to first token, one stream at a time, all four paths
+  memory         RSS of every server's processes; target: the isolated parent <= 80 MB
+  cancel         a client leaving mid-stream to the worker's engine freed; target <= 1 step
+  event_latency  admin events' arrival at a subscriber; target p95 <= 250 ms
+  lagging        generation with an admin subscriber that never reads; target >= 0.98 x without
+  recovery       kill -9 of the worker to the next 200; target <= worker_ready_s + 1 s
+  overload       429 latency and the admitted streams' rate with a full queue
+  hub            the event hub alone, in this process
+Targets on the table's figures (`bench.targets`): isolated >= 0.95 x raw at every concurrency;
+isolated >= 1.15 x mlx_lm.server at c8; TTFT p50 isolated <= raw + 5 ms.
+
+Shared pieces: `hosts` (the mlxhost servers, through `mlxhost.testing`), `streams` (load over
+HTTP), `health` (what /health says), `processes` (psutil readings), `watcher` (an admin event
+subscriber), `raw_http` (the overload run's minimal client), `runs` and `figures` (records and
+arithmetic), `settings`; `plan` (the options), `report` (the text and the JSON, whose keys are
+listed there), `chart` (the PNG), `cli` (main).
+
+The bench talks to mlxhost only over HTTP and its admin API (and `mlxhost.client.admin`); it
+imports `mlxhost.host.events` only to measure the hub alone, and never the worker.
+"""

@@ -1,0 +1,114 @@
+"""`python scripts/bench`: parse the options, load the model in this process (the raw path),
+choose the prompt, run every measurement (`bench.run`) with the servers stopped however it ends,
+then the hub alone, and report: the text on stdout (progress on stderr), the chart, the JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+
+from bench.cancel import cancel_summary
+from bench.chart import chart_title, write_chart
+from bench.event_latency import event_latency_summary
+from bench.figures import json_safe, progress, ratio
+from bench.hub import HUB_EVENTS, hub_throughput
+from bench.lagging import events_summary
+from bench.overload import OVERLOAD_TOKENS_FACTOR, overload_summary
+from bench.plan import parse_args
+from bench.raw import RawMLX, choose_prompt
+from bench.recovery import recovery_summary
+from bench.report import json_document, machine_info, print_events, print_report, versions
+from bench.run import measure
+from bench.settings import LABELS, PATHS
+from bench.targets import speed_targets
+from bench.throughput import summarize, table_rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    plan = parse_args(argv)
+    info: dict[str, Any] = {"machine": machine_info(), "versions": versions()}
+    progress(f"loading {plan.model_path}")
+    raw = RawMLX(plan.model_path)
+    progress("choosing a prompt whose greedy reply runs to max_tokens (raw warm-up)")
+    prompt, ids, probe = choose_prompt(raw, plan.max_tokens)
+    info["model"] = {
+        "path": str(plan.model_path),
+        "size": plan.size,
+        "parameters": raw.parameters,
+        "load_s": raw.load_s,
+        "prompt": prompt,
+        "prompt_tokens": len(ids),
+        "reply_probe": asdict(probe),
+    }
+
+    # The servers stop when this block ends, however it ends; so also on SIGTERM.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        with contextlib.ExitStack() as servers:
+            measured = anyio.run(measure, plan, raw, prompt, ids, servers)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    for name, counted in measured["prompt_tokens"].items():
+        if counted != len(ids):
+            progress(
+                f"warning: {LABELS[name]} counted {counted} prompt tokens, raw {len(ids)}: "
+                "the paths do not see the same prompt"
+            )
+    summaries = {name: summarize(measured["results"][name]) for name in PATHS}
+    isolated_c1 = summaries["isolated"].get("c1", {}).get("decode_tok_s", float("nan"))
+    figures: dict[str, Any] = {
+        "targets": speed_targets(summaries),
+        "recovery": recovery_summary(measured["recoveries"]),
+        "startup": {
+            "raw_load_s": raw.load_s,
+            "in_process_load_s": measured["in_process_load_s"],
+            "worker_import_s": measured["worker_import_s"],
+        },
+        "cancel": cancel_summary(
+            measured["cancels"], ratio(1e3, isolated_c1), measured["cancel_max_tokens"]
+        ),
+        "overload": overload_summary(
+            measured["overloads"], plan.max_tokens * OVERLOAD_TOKENS_FACTOR
+        ),
+    }
+    progress(f"event hub alone: publishing {HUB_EVENTS:,} events in this process")
+    hub = anyio.run(hub_throughput)
+    figures["event_latency"] = event_latency_summary(
+        measured["event_samples"],
+        measured["exit_samples"],
+        measured["event_types"],
+        measured["event_error"],
+        measured["exits_missing"],
+    )
+    figures["events"] = events_summary(measured["hub_runs"], hub, measured["hub_max_tokens"])
+    print_report(plan, info, table_rows(summaries), measured, figures)
+    print_events(figures["event_latency"], figures["events"])
+
+    title = chart_title(info, plan.max_tokens, plan.repeats)
+    chart = write_chart(plan.chart_path, summaries, plan.concurrency, title)
+    figures["chart"] = None if chart is None else str(chart)
+    print()
+    print(f"chart: {chart}" if chart else "chart: skipped (matplotlib is not installed)")
+
+    if plan.json_path is not None:
+        document = json_document(plan, info, summaries, measured, figures)
+        plan.json_path.parent.mkdir(parents=True, exist_ok=True)
+        plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
+        progress(f"wrote {plan.json_path}")
+    return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

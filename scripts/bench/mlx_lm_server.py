@@ -1,0 +1,149 @@
+"""The peer: mlx-lm's own server, `python -m mlx_lm server` from the installed mlx-lm, on a free
+port. Not mlxhost, so it is started here rather than through `mlxhost.testing`.
+
+It gets --decode-concurrency and --prompt-concurrency set to the batch sizes the others use (its
+own defaults, 32 and 8, unless a concurrency above 32 is asked for) and --max-tokens to
+max_tokens; HF_HUB_OFFLINE=1 (it loads the local directory and needs no network). Its listening
+socket gets mlxhost's backlog, 100 (--mlx-lm-server-backlog; 0 runs it as shipped): it is started
+as `python -c`, setting ThreadingHTTPServer.request_queue_size and calling mlx_lm.server's main().
+As shipped the backlog is socketserver's 5, and a burst of 8 or more connections overflows it: the
+extra ones wait for the kernel's SYN retransmit (1 s) or are reset (see `bench.streams`, which
+tries such a stream again). It batches: requests that arrive together go into one
+BatchGenerator. It reports usage in a stream when asked, so it is read exactly as mlxhost is. Its
+prompt cache stays on (its default): a repeated prompt is served from cached KV, which the usage
+chunk shows as prompt_tokens_details.cached_tokens (recorded in the JSON).
+
+It is ready once it answered one short chat request: it loads the model in its generation thread
+after /health is already up.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.figures import progress
+from bench.settings import PREFILL_BATCH, SERVER_START_TIMEOUT_S
+from bench.streams import CHAT_PATH, chat_body
+
+ANSWER_TIMEOUT_S = 60.0  # the first request, which waits for the model to load
+LAUNCHER = (
+    "import sys, http.server; http.server.ThreadingHTTPServer.request_queue_size = {backlog}; "
+    "sys.argv[0] = 'mlx_lm.server'; from mlx_lm.server import main; main()"
+)
+START_ATTEMPTS = 3  # a start that lost its port to someone else is retried
+
+
+def free_port() -> int:
+    """A TCP port free now (mlx_lm.server takes no port 0); a start that lost it is retried."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class MlxLmServer:
+    """mlx-lm's own server, `python -m mlx_lm server`, on a free port; its log is kept."""
+
+    def __init__(self, model_path: Path, max_batch: int, max_tokens: int, backlog: int) -> None:
+        self.name = "mlx_lm_server"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.backlog = backlog or 5  # 0: as shipped, socketserver's 5
+        env = dict(os.environ)
+        # The model is a local directory: nothing to fetch, and nothing should be tried.
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        if backlog:
+            # mlx_lm.server's own main(), its listening socket's backlog set first.
+            launch = ["-c", LAUNCHER.format(backlog=int(backlog))]
+        else:
+            launch = ["-m", "mlx_lm", "server"]
+        self.command = [
+            sys.executable, *launch,
+            "--model", str(model_path), "--host", "127.0.0.1", "--port", str(self.port),
+            "--decode-concurrency", str(max_batch), "--prompt-concurrency", str(PREFILL_BATCH),
+            "--max-tokens", str(max_tokens),
+        ]  # fmt: skip
+        self.log: collections.deque[str] = collections.deque(maxlen=5000)
+        self.started = time.perf_counter()
+        self.ready_s: float | None = None  # start to the first answer (the model loaded)
+        self.process = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, env=env,
+        )  # fmt: skip
+        self.pid = self.process.pid
+        threading.Thread(target=self._read_log, name="mlx-lm-server-log", daemon=True).start()
+
+    def _read_log(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line.rstrip("\n"))
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(list(self.log)[-lines:])
+
+    def wait_ready(self, prompt: str, timeout: float = SERVER_START_TIMEOUT_S) -> str:
+        """Poll /health until it answers 200, then send one short chat request: the model loads
+        in the server's generation thread after /health is already up."""
+        deadline = time.perf_counter() + timeout
+        with httpx.Client(base_url=self.url, timeout=5.0) as client:
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(
+                        f"mlx_lm.server exited with code {self.process.returncode}:\n"
+                        f"{self.log_tail()}"
+                    )
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"mlx_lm.server did not answer in time:\n{self.log_tail()}")
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+            response = client.post(
+                CHAT_PATH, json=chat_body(prompt, 1, stream=False), timeout=ANSWER_TIMEOUT_S
+            )
+            if response.status_code != 200:
+                raise RuntimeError(
+                    f"mlx_lm.server answered {response.status_code}: {response.text}\n"
+                    f"{self.log_tail()}"
+                )
+        self.ready_s = time.perf_counter() - self.started
+        return self.url
+
+    def stop(self) -> None:
+        """SIGTERM (it has no handler: the process ends), SIGKILL if need be."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_mlx_lm_server(
+    model_path: Path, max_batch: int, max_tokens: int, backlog: int, prompt: str
+) -> MlxLmServer:
+    """A ready mlx_lm.server; a start that lost its port to someone else is retried."""
+    for attempt in range(START_ATTEMPTS):
+        server = MlxLmServer(model_path, max_batch, max_tokens, backlog)
+        try:
+            server.wait_ready(prompt)
+            return server
+        except BaseException as exc:
+            server.stop()
+            lost_port = "Address already in use" in server.log_tail(50)
+            if not lost_port or attempt + 1 == START_ATTEMPTS or not isinstance(exc, RuntimeError):
+                raise
+            progress(f"mlx_lm.server: port {server.port} was taken; retrying")
+    raise AssertionError("unreachable")

@@ -1,0 +1,143 @@
+"""The command line: what one run of the bench measures (`Plan`), from the options and their
+defaults. Building the demo model, when no --model is given, happens here too (it is cached)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.figures import progress
+from bench.settings import MAX_BATCH
+from mlxhost import demo
+
+DEFAULT_CONCURRENCY = [1, 4, 8, 16]
+DEFAULT_MAX_TOKENS = {"tiny": 256, "bench": 64}
+QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
+# TTFT: single-stream requests after the throughput runs, the paths taking turns (bench.ttft).
+TTFT_REQUESTS = {"full": 20, "quick": 10}
+# mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
+# it, and the extra ones wait for the kernel's SYN retransmit (1 s), or are reset. It is given
+# mlxhost's backlog (hypercorn's default, 100) unless --mlx-lm-server-backlog says otherwise.
+MLX_LM_SERVER_BACKLOG = 100
+
+
+@dataclass(frozen=True)
+class Plan:
+    model_path: Path
+    size: str  # "tiny", "bench", or "custom" for --model
+    max_tokens: int
+    repeats: int
+    concurrency: list[int]
+    json_path: Path | None
+    chart_path: Path
+    ttft_requests: int
+    mlx_lm_server_backlog: int
+
+    @property
+    def max_batch(self) -> int:
+        """Both paths decode at most this many rows per step: the server's default, or more."""
+        return max(MAX_BATCH, *self.concurrency)
+
+
+def parse_concurrency(text: str) -> list[int]:
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        message = f"not a comma-separated list of integers: {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError("concurrency levels must be integers >= 1")
+    return values
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench",
+        description="Benchmark mlxhost over HTTP against raw mlx-lm and mlx_lm.server, one model.",
+    )
+    parser.add_argument("--model", type=Path, help="mlx-lm model directory (default: a demo model)")
+    parser.add_argument(
+        "--size",
+        choices=sorted(DEFAULT_MAX_TOKENS),
+        default="tiny",
+        help="demo model to build in the cache when --model is not given (default: tiny)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help="tokens per generation (default: 256 for tiny, 64 for bench; halved by --quick)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="runs of each measurement; medians are reported (default: 3, 1 with --quick)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=parse_concurrency,
+        default=list(DEFAULT_CONCURRENCY),
+        help="comma-separated stream counts; 1 is the single-stream test "
+        f"(default: {','.join(map(str, DEFAULT_CONCURRENCY))})",
+    )
+    parser.add_argument(
+        "--ttft-requests",
+        type=int,
+        help="single-stream TTFT requests per path after the throughput runs "
+        f"(default: {TTFT_REQUESTS['full']}, {TTFT_REQUESTS['quick']} with --quick)",
+    )
+    parser.add_argument(
+        "--mlx-lm-server-backlog",
+        type=int,
+        default=MLX_LM_SERVER_BACKLOG,
+        help="listen backlog for mlx_lm.server, set before its main() runs; 0: as shipped "
+        f"(socketserver's 5, which drops connections past it) (default: {MLX_LM_SERVER_BACKLOG}, "
+        "mlxhost's)",
+    )
+    parser.add_argument("--quick", action="store_true", help="one repeat, fewer tokens")
+    parser.add_argument("--json", type=Path, help="also write every figure and ratio to this file")
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        help="PNG of total tok/s against concurrency (default: beside --json with .png, else "
+        "bench.png; needs matplotlib: pip install -e '.[bench]')",
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> Plan:
+    options = parser()
+    args = options.parse_args(argv)
+    defaults = QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS
+    max_tokens = args.max_tokens if args.max_tokens is not None else defaults[args.size]
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    if max_tokens < 2:
+        options.error("--max-tokens must be at least 2 (a decode rate needs two tokens)")
+    if repeats < 1:
+        options.error("--repeats must be at least 1")
+    ttft_requests = args.ttft_requests
+    if ttft_requests is None:
+        ttft_requests = TTFT_REQUESTS["quick" if args.quick else "full"]
+    if ttft_requests < 0:
+        options.error("--ttft-requests must be at least 0")
+    if args.mlx_lm_server_backlog < 0:
+        options.error("--mlx-lm-server-backlog must be at least 0")
+    if args.chart is not None:
+        chart_path = args.chart
+    elif args.json is not None:
+        chart_path = args.json.with_suffix(".png")
+    else:
+        chart_path = Path("bench.png")
+    if args.model is not None:
+        if not args.model.is_dir():
+            options.error(f"--model: {args.model} is not a directory")
+        model_path, size = args.model.resolve(), "custom"
+    else:
+        progress(f"building the {args.size} demo model (once; it is cached)")
+        cache = demo.default_cache_dir() / f"bench-{args.size}"
+        model_path, size = demo.make_model(cache, args.size), args.size
+    return Plan(
+        model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
+        ttft_requests, args.mlx_lm_server_backlog,
+    )  # fmt: skip

@@ -1,0 +1,248 @@
+"""Recovery: how long the isolated server takes to answer again after its worker is killed.
+
+Isolated server only, --repeats times, after the event runs: read the worker's pid and `ready_s`
+(its spawn-to-ready seconds) from /health, kill -9 the worker, and at once send a small
+non-streaming chat request (max_tokens 4, 5 s client timeout, or 3 times the request's warm time
+if longer) every 20 ms, retrying 502, 503, timeouts and connection errors, until one answers 200.
+recovery_s is the time from the kill to that 200. Target: recovery_s <= worker_ready_s + 1 s.
+
+The parent's log splits it: kill to the parent seeing the exit, to the respawn, to the new worker
+being ready, to the 200 (each as the log line arrived here; see `bench.hosts.LogClock`); the same
+request, timed on the warm worker just before the kill, shows how much of the last step is the
+request itself. Also checked, the stricter reading: recovery_s <= the model load alone (the
+in-process server's "loaded in") + 1 s; and timed, a fresh interpreter importing the worker's
+modules, which is most of a ready_s.
+
+The isolated server runs with --early-exit 0 and a --restart-limit above the repeats: back-to-back
+kills would otherwise trip the crash-loop guards (two exits within 10 s of their spawn wait
+--crash-backoff, 5 s; at most 3 respawns per 60 s), which are there for a model that cannot load,
+not what is measured here. Neither option changes how requests are served.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+import httpx
+
+from bench.figures import median, print_table, verdict
+from bench.health import isolated_worker
+from bench.hosts import Host
+from bench.settings import REPO_ROOT
+from bench.streams import CHAT_PATH, chat_body
+
+RECOVERY_MAX_TOKENS = 4
+RECOVERY_ATTEMPT_TIMEOUT_S = 5.0
+RECOVERY_POLL_S = 0.02
+RECOVERY_DEADLINE_S = 150.0  # the server's load_timeout (120 s) and some
+RECOVERY_SLACK_S = 1.0  # target: recovery_s <= worker_ready_s + this
+IMPORT_RUNS = 3
+# What a worker imports before it loads a model, timed in a fresh interpreter (a subprocess: the
+# bench itself never imports the worker).
+WORKER_IMPORTS = (
+    "import mlxhost.worker.__main__, mlxhost.worker.engine, mlxhost.worker.serve, "
+    "mlxhost.worker.app"
+)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One kill -9 of the worker, timed from the kill."""
+
+    killed_pid: int
+    new_pid: int | None
+    worker_ready_s: float  # the killed worker's spawn-to-ready, from /health before the kill
+    respawn_ready_s: float | None  # the new worker's, from /health after the 200
+    recovery_s: float  # kill to the first 200
+    warm_request_s: float  # the same request on the worker before the kill, for comparison
+    attempts: dict[str, int]  # outcome ("200", "503", "ConnectError", ...) to count
+    retry_after: list[str]  # the Retry-After values the refusals carried
+    # Seconds from the kill, as the parent's log lines arrived: it saw the exit, spawned the new
+    # worker, found it ready.
+    exit_seen_at_s: float | None
+    respawned_at_s: float | None
+    ready_at_s: float | None
+
+    @property
+    def meets_target(self) -> bool:
+        return self.recovery_s <= self.worker_ready_s + RECOVERY_SLACK_S
+
+
+async def recover_once(
+    server: Host,
+    client: httpx.AsyncClient,
+    prompt: str,
+    kills: list[tuple[int, float]] | None = None,
+) -> Recovery:
+    before = await isolated_worker(client)
+    if before.get("state") != "ready" or not before.get("pid") or before.get("ready_s") is None:
+        raise RuntimeError(f"the worker is not ready before the kill: {before}")
+    pid = int(before["pid"])
+    body = chat_body(prompt, RECOVERY_MAX_TOKENS, stream=False)
+    # What the request costs on a warm worker: the part of recovery_s that is not recovery.
+    began = time.perf_counter()
+    response = await client.post(CHAT_PATH, json=body)
+    warm_request_s = time.perf_counter() - began
+    if response.status_code != 200:
+        raise RuntimeError(f"HTTP {response.status_code} before the kill: {response.text}")
+
+    # Short, so that a request lost in the kill is retried soon; but one that a big model
+    # answers slowly is not cut.
+    attempt_timeout = max(RECOVERY_ATTEMPT_TIMEOUT_S, 3 * warm_request_s)
+    attempts: collections.Counter[str] = collections.Counter()
+    retry_after: set[str] = set()
+    with server.log_clock() as log:
+        killed = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        if kills is not None:
+            kills.append((pid, killed))  # for the worker.exited event's latency
+        while True:
+            if time.perf_counter() - killed > RECOVERY_DEADLINE_S:
+                raise RuntimeError(
+                    f"no 200 within {RECOVERY_DEADLINE_S:g}s of killing worker {pid} "
+                    f"(attempts: {dict(attempts)}):\n{server.log_tail()}"
+                )
+            try:
+                response = await client.post(CHAT_PATH, json=body, timeout=attempt_timeout)
+            except httpx.TimeoutException:
+                attempts["timeout"] += 1
+            except httpx.TransportError as exc:
+                attempts[type(exc).__name__] += 1
+            else:
+                attempts[str(response.status_code)] += 1
+                if response.status_code == 200:
+                    answered = time.perf_counter()
+                    if not response.json().get("choices"):
+                        raise RuntimeError(f"a 200 without choices: {response.text}")
+                    break
+                if response.status_code not in (502, 503):
+                    raise RuntimeError(
+                        f"HTTP {response.status_code} while recovering: {response.text}"
+                    )
+                if value := response.headers.get("retry-after"):
+                    retry_after.add(value)
+            await anyio.sleep(RECOVERY_POLL_S)
+
+        after = await isolated_worker(client)
+    new_pid = after.get("pid")
+    if new_pid == pid:
+        raise RuntimeError(f"a 200 came, but /health still shows the killed worker: {after}")
+
+    return Recovery(
+        killed_pid=pid,
+        new_pid=new_pid,
+        worker_ready_s=float(before["ready_s"]),
+        respawn_ready_s=after.get("ready_s"),
+        recovery_s=answered - killed,
+        warm_request_s=warm_request_s,
+        attempts=dict(attempts),
+        retry_after=sorted(retry_after),
+        exit_seen_at_s=log.first(rf"pid {pid} exited", killed),
+        respawned_at_s=log.first(rf"spawned pid {new_pid}\b", killed) if new_pid else None,
+        ready_at_s=log.first(rf"ready \(pid {new_pid}\)", killed) if new_pid else None,
+    )
+
+
+def describe_recovery(run: Recovery) -> str:
+    def at(value: float | None) -> str:
+        return "?" if value is None else f"{value:.3f}s"
+
+    return (
+        f"recovery {run.recovery_s:.3f}s (worker ready_s {run.worker_ready_s:.3f}s); "
+        f"exit seen {at(run.exit_seen_at_s)}, respawned {at(run.respawned_at_s)}, "
+        f"ready {at(run.ready_at_s)}, 200 {at(run.recovery_s)} (the request on a warm worker: "
+        f"{at(run.warm_request_s)}); attempts {run.attempts}"
+    )
+
+
+def worker_import_s(runs: int = IMPORT_RUNS) -> float:
+    """A fresh interpreter importing what a worker imports before it loads a model: wall seconds,
+    the median of `runs`."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", WORKER_IMPORTS], env=env, check=True, timeout=120)
+        times.append(time.perf_counter() - start)
+    return median(times)
+
+
+def recovery_summary(runs: list[Recovery]) -> dict[str, Any]:
+    recovery_s = median([r.recovery_s for r in runs])
+    worker_ready_s = median([r.worker_ready_s for r in runs])
+    return {
+        "recovery_s": recovery_s,
+        "worker_ready_s": worker_ready_s,
+        "respawn_ready_s": median(
+            [r.respawn_ready_s for r in runs if r.respawn_ready_s is not None]
+        ),
+        "meets_target": recovery_s <= worker_ready_s + RECOVERY_SLACK_S,
+        "runs": [{**asdict(r), "meets_target": r.meets_target} for r in runs],
+    }
+
+
+def recovery_ok_vs_model_load(recovery: dict[str, Any], load_s: float | None) -> bool | None:
+    """The stricter reading: recovery_s <= the model load alone + the slack."""
+    return None if load_s is None else recovery["recovery_s"] <= load_s + RECOVERY_SLACK_S
+
+
+def print_recovery(recovery: dict[str, Any], startup: dict[str, float | None]) -> None:
+    print()
+    print(
+        f"recovery (isolated: kill -9 of the worker to the first 200 of a max_tokens "
+        f"{RECOVERY_MAX_TOKENS} request; {len(recovery['runs'])} kill(s), medians):"
+    )
+    print(
+        f"  recovery_s {recovery['recovery_s']:.3f} s, worker_ready_s "
+        f"{recovery['worker_ready_s']:.3f} s: target recovery_s <= worker_ready_s + "
+        f"{RECOVERY_SLACK_S:g} s: {verdict(recovery['meets_target'])}"
+    )
+
+    def seconds(value: float | None) -> str:
+        return "?" if value is None else f"{value:.3f}"
+
+    header = (
+        "kill", "ready_s before", "exit seen", "respawned", "ready", "200", "respawn ready_s",
+        "warm request", "attempts", "retry-after",
+    )  # fmt: skip
+    lines = [
+        (
+            str(number),
+            seconds(run["worker_ready_s"]),
+            seconds(run["exit_seen_at_s"]),
+            seconds(run["respawned_at_s"]),
+            seconds(run["ready_at_s"]),
+            seconds(run["recovery_s"]),
+            seconds(run["respawn_ready_s"]),
+            seconds(run["warm_request_s"]),
+            " ".join(f"{k}:{v}" for k, v in sorted(run["attempts"].items())),
+            ",".join(run["retry_after"]) or "-",
+        )
+        for number, run in enumerate(recovery["runs"], 1)
+    ]
+    print_table(header, lines, ["<", *">" * 7, "<", "<"], indent="  ")
+    print(
+        "  (exit seen, respawned, ready, 200: seconds from the kill, as the parent's log lines "
+        "arrived; warm request: the same request just before the kill)"
+    )
+    print(
+        "  where a worker's ready_s goes: a fresh interpreter importing the worker's modules "
+        f"takes {seconds(startup['worker_import_s'])} s (median of {IMPORT_RUNS}); the model load "
+        f"itself {seconds(startup['in_process_load_s'])} s (the in-process server's 'loaded in'; "
+        f"mlx_lm.load in this process {seconds(startup['raw_load_s'])} s)"
+    )
+    load = startup["in_process_load_s"]
+    if load is not None:
+        print(
+            f"  stricter reading, model load only: recovery_s <= {load:.3f} + "
+            f"{RECOVERY_SLACK_S:g} s: {verdict(recovery_ok_vs_model_load(recovery, load))}"
+        )
