@@ -1,16 +1,14 @@
 """What a hostile or careless caller can do to the host: nothing that reaches another caller.
 
-Only intended callers get in (Host, Origin, credentials, content type, HTTP version), work before
-admission is bounded (body deadline, connection cap, 429 before the body), client text comes back
-short and inert, and one caller cannot observe another's cached prompt.
+Only intended callers get in (Host, Origin, credentials, content type, HTTP version), client text
+comes back short and inert, and one caller cannot observe another's cached prompt. What a caller
+can make the host do before admission is in test_bounded_work.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import socket
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import psutil
 import pytest
 
 from mlxhost.testing import ADMIN_TOKEN, RunningHost, start_host
+from tests.e2e.raw_http import netloc, raw
 
 CHAT = "/v1/chat/completions"
 KEY, FILE_KEYS = "key-from-env", ("key-from-file-1", "key-from-file-2")
@@ -49,29 +48,6 @@ def keyed(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     )
     yield server
     assert server.stop() == 0
-
-
-def netloc(server: RunningHost) -> str:
-    assert server.url is not None
-    return server.url.removeprefix("http://")
-
-
-def raw(server: RunningHost, request: bytes, timeout: float = 10.0) -> bytes:
-    """Send bytes on a fresh connection; return the one answer the host gives (head and body)."""
-    host, port = netloc(server).split(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(request)
-        answer = b""
-        while b"\r\n\r\n" not in answer and (data := sock.recv(65536)):
-            answer += data
-        head, _, body = answer.partition(b"\r\n\r\n")
-        length = next(
-            (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
-            0,
-        )
-        while len(body) < length and (data := sock.recv(65536)):
-            body += data
-    return head + b"\r\n\r\n" + body
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
@@ -252,71 +228,6 @@ def test_http2_is_off_by_default(keyed: RunningHost) -> None:
     with httpx.Client(base_url=keyed.url or "", http1=False, http2=True, timeout=30) as http:
         response = http.post(CHAT, json=chat(), headers={"x-api-key": KEY})
     assert response.status_code == 505 and error_of(response)["code"] == "http2_disabled"
-
-
-# -- work before admission is bounded ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def narrow(tiny_model: Path) -> Iterator[RunningHost]:
-    server = start_host(
-        "--model", str(tiny_model),
-        "--max-connections=3", "--body-timeout=1", "--max-active=1", "--max-queued=0",
-    )
-    yield server
-    assert server.stop() == 0
-
-
-def test_a_body_that_does_not_arrive_is_a_408(narrow: RunningHost) -> None:
-    began = time.monotonic()
-    answer = raw(
-        narrow,
-        f"POST {CHAT} HTTP/1.1\r\nhost: {netloc(narrow)}\r\ncontent-type: application/json\r\n"
-        "content-length: 1000\r\n\r\n{\"messages\":".encode(),
-        timeout=30,
-    )
-    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
-    assert b"body_timeout" in answer and time.monotonic() - began < 15
-
-
-def test_connections_past_the_cap_get_a_503_and_are_closed(narrow: RunningHost) -> None:
-    host, port = netloc(narrow).split(":")
-    held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
-    try:
-        for sock in held:  # half a request: each connection is open and busy
-            sock.sendall(f"GET /health HTTP/1.1\r\nhost: {netloc(narrow)}\r\n".encode())
-        time.sleep(0.3)
-        answer = raw(narrow, f"GET /health HTTP/1.1\r\nhost: {netloc(narrow)}\r\n\r\n".encode())
-        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
-        assert b'"code":"busy"' in answer
-    finally:
-        for sock in held:
-            sock.close()
-    deadline = time.monotonic() + 10
-    while True:  # the held connections are let go, and the host serves again
-        answer = raw(narrow, f"GET /health HTTP/1.1\r\nhost: {netloc(narrow)}\r\nconnection: close\r\n\r\n".encode())
-        if answer.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
-
-
-def test_a_full_model_refuses_before_reading_the_body(narrow: RunningHost) -> None:
-    with httpx.Client(base_url=narrow.url or "", timeout=60) as http:
-        body = chat("Go on forever", max_tokens=4000, stream=True, temperature=0)
-        with http.stream("POST", CHAT, json=body) as running:
-            assert running.status_code == 200
-            lines = running.iter_lines()  # kept: a dropped iterator closes the connection
-            next(lines)
-            # Four megabytes announced, none sent: the 429 comes at once, not after a 408.
-            began = time.monotonic()
-            answer = raw(
-                narrow,
-                f"POST {CHAT} HTTP/1.1\r\nhost: {netloc(narrow)}\r\ncontent-type: application/json\r\n"
-                "content-length: 4000000\r\n\r\n".encode(),
-            )
-            assert answer.startswith(b"HTTP/1.1 429"), answer[:300]
-            assert time.monotonic() - began < 0.9  # under the body timeout: the body was never awaited
 
 
 # -- client text is bounded and inert ---------------------------------------------------------
