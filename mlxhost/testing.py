@@ -69,6 +69,7 @@ class RunningHost:
     log: list[str] = field(default_factory=list, repr=False)
     admin_token: str = ADMIN_TOKEN
     models: tuple[str, ...] = ()
+    load_s: float | None = None  # the model's load time, from an --in-process host's ready record
     _reader: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -199,7 +200,7 @@ def start_host(
     while not any(HOST_READY in line for line in log) and reader.is_alive() and time.monotonic() < deadline:
         time.sleep(READY_POLL_S)
     unix = Path(ready.unix) if ready.unix is not None else None
-    return RunningHost(process, ready.url, unix, log, admin_token, ready.models, reader)
+    return RunningHost(process, ready.url, unix, log, admin_token, ready.models, ready.load_s, reader)
 
 
 def _admin_token(args: Sequence[str]) -> str | None:

@@ -19,11 +19,11 @@ from mlxhost.wire.layout import READY_FILE_ENV, HostReady
 __all__ = ["report_ready", "write_ready"]
 
 
-def report_ready(models: Sequence[str], addresses: Sequence[str]) -> None:
+def report_ready(models: Sequence[str], addresses: Sequence[str], load_s: float | None = None) -> None:
     """Write this process's ready record, if whoever started it asked for one."""
     path = os.environ.get(READY_FILE_ENV)
     if path:
-        write_ready(Path(path), HostReady.from_addresses(os.getpid(), models, addresses))
+        write_ready(Path(path), HostReady.from_addresses(os.getpid(), models, addresses, load_s))
 
 
 def write_ready(path: Path, record: HostReady) -> None:

@@ -26,22 +26,28 @@ ADMIN_TOKEN_FILE = "admin-token"
 
 @dataclass(frozen=True)
 class HostReady:
-    """A host that serves: its pid, its TCP URL and Unix socket (each or None), its models."""
+    """A host that serves: its pid, its TCP URL and Unix socket (each or None), its models, and
+    the seconds it spent loading its model (`--in-process` only: the parent loads none)."""
 
     pid: int
     url: str | None
     unix: str | None
     models: tuple[str, ...]
+    load_s: float | None = None
 
     @classmethod
-    def from_addresses(cls, pid: int, models: Sequence[str], addresses: Sequence[str]) -> HostReady:
+    def from_addresses(
+        cls, pid: int, models: Sequence[str], addresses: Sequence[str], load_s: float | None = None
+    ) -> HostReady:
         """From the listener's addresses ("http://127.0.0.1:8000", "unix:/path"): the first of each kind."""
         url = next((a for a in addresses if a.startswith("http")), None)
         unix = next((a.removeprefix("unix:") for a in addresses if a.startswith("unix:")), None)
-        return cls(pid, url, unix, tuple(models))
+        return cls(pid, url, unix, tuple(models), load_s)
 
     def to_json(self) -> str:
-        return json.dumps({"pid": self.pid, "url": self.url, "unix": self.unix, "models": list(self.models)})
+        return json.dumps(
+            {"pid": self.pid, "url": self.url, "unix": self.unix, "models": list(self.models), "load_s": self.load_s}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> HostReady:
@@ -49,14 +55,16 @@ class HostReady:
         data = json.loads(text)
         if not _is_ready_record(data):
             raise ValueError(f"not a host ready record: {text[:200]!r}")
-        return cls(data["pid"], data["url"], data["unix"], tuple(data["models"]))
+        return cls(data["pid"], data["url"], data["unix"], tuple(data["models"]), data["load_s"])
 
 
 def _is_ready_record(data: object) -> bool:
-    if not isinstance(data, dict) or set(data) != {"pid", "url", "unix", "models"}:
+    if not isinstance(data, dict) or set(data) != {"pid", "url", "unix", "models", "load_s"}:
         return False
-    pid, url, unix, models = data["pid"], data["url"], data["unix"], data["models"]
+    pid, url, unix, models, load_s = data["pid"], data["url"], data["unix"], data["models"], data["load_s"]
     return (
+        (load_s is None or (isinstance(load_s, int | float) and not isinstance(load_s, bool)))
+        and
         isinstance(pid, int)
         and not isinstance(pid, bool)
         and all(value is None or isinstance(value, str) for value in (url, unix))

@@ -42,7 +42,7 @@ async def serve_in_process(settings: Settings) -> None:
             engine.load_seconds,
             " and ".join(listener.addresses),
         )
-        report_ready([spec.id], listener.addresses)
+        report_ready([spec.id], listener.addresses, engine.load_seconds)
 
     async def background(engine: Engine) -> None:
         await shutdown.watch_signals()

@@ -26,9 +26,7 @@ from bench.figures import progress
 from bench.plan import Plan
 from bench.settings import REPO_ROOT, SERVER_START_TIMEOUT_S
 from mlxhost.testing import RunningHost, start_host
-from mlxhost.wire.layout import HOST_READY
 
-LOADED = re.compile(r"\(loaded in ([\d.]+)s\)")  # the in-process ready line
 SPAWNED = re.compile(r"spawned pid (\d+)")  # the isolated parent's log
 STOP_TIMEOUT_S = 30.0
 WORKER_EXIT_WAIT_S = 10.0  # for a worker to follow its stopped parent before it is killed
@@ -114,12 +112,8 @@ class Host:
 
     @property
     def load_s(self) -> float | None:
-        """The model load time in the in-process server's ready line ("loaded in")."""
-        for line in self.running.log:
-            if HOST_READY in line:
-                loaded = LOADED.search(line)
-                return float(loaded.group(1)) if loaded else None
-        return None
+        """The model load time an in-process server reported as ready (None for the parent)."""
+        return self.running.load_s
 
     def worker_pids(self) -> set[int]:
         """Every worker the parent said it spawned."""

@@ -29,6 +29,8 @@ def test_the_benchmark_runs_and_writes_its_ratios(tmp_path: Path) -> None:
         assert data["ttft_ms"]["p50"][path] > 0
     assert data["cancel_ms"]["p50"] >= 0
     assert data["recovery_s"] > 0
+    # The in-process host's model load, from its ready record (the parent's says none).
+    assert data["recovery"]["startup"]["in_process_load_s"] > 0
     assert data["rss_mb"]["parent"] > 0 and data["rss_mb"]["worker"] > 0
     # Every mlxhost request after the first few found its prompt in the worker's prompt cache.
     assert data["cached_prompt_tokens"]["isolated"]

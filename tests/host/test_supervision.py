@@ -39,6 +39,7 @@ def test_the_parent_never_loads_mlx(host: RunningHost) -> None:
     worker_maps = Path(f"/proc/{host.worker()['pid']}/maps").read_text()
     assert "libmlx" in worker_maps
     assert "libmlx" not in parent_maps
+    assert host.load_s is None  # nor does its ready record claim a model load
     imports = subprocess.run(
         [
             sys.executable,
@@ -238,6 +239,9 @@ def test_in_process_mode_serves_without_a_worker(tiny_model: Path) -> None:
         assert "engine" in health and "workers" not in health
         assert "libmlx" in Path(f"/proc/{server.process.pid}/maps").read_text()
         assert not [p for p in psutil.Process(server.process.pid).children() if "mlxhost.worker" in " ".join(p.cmdline())]
+        # Its ready record says how long it took to load the model, as its ready line does.
+        loaded = next(line for line in server.log if "mlxhost ready:" in line)
+        assert server.load_s is not None and f"(loaded in {server.load_s:.2f}s)" in loaded
     finally:
         assert server.stop() == 0
 

@@ -18,6 +18,7 @@ from mlxhost.wire.layout import READY_FILE_ENV, HostReady
         HostReady(123, "http://127.0.0.1:8000", "/run/mlxhost.sock", ("tiny", "other")),
         HostReady(1, None, "/tmp/s", ("tiny",)),
         HostReady(1, "http://[::1]:9", None, ()),
+        HostReady(1, "http://127.0.0.1:9", None, ("tiny",), load_s=0.25),
     ],
 )
 def test_a_ready_record_round_trips_through_json(record: HostReady) -> None:
@@ -29,6 +30,7 @@ def test_the_record_takes_the_first_address_of_each_kind() -> None:
     record = HostReady.from_addresses(7, ["tiny"], addresses)
     assert record == HostReady(7, "http://127.0.0.1:8000", "/tmp/a.sock", ("tiny",))
     assert HostReady.from_addresses(7, ["tiny"], ["http://127.0.0.1:1"]).unix is None
+    assert HostReady.from_addresses(7, ["tiny"], ["http://127.0.0.1:1"], load_s=1.5).load_s == 1.5
 
 
 @pytest.mark.parametrize(
@@ -36,12 +38,15 @@ def test_the_record_takes_the_first_address_of_each_kind() -> None:
     [
         "[]",
         '{"pid": 1, "url": null, "unix": null}',
-        '{"pid": 1, "url": null, "unix": null, "models": [], "extra": 1}',
-        '{"pid": "1", "url": null, "unix": null, "models": []}',
-        '{"pid": true, "url": null, "unix": null, "models": []}',
-        '{"pid": 1, "url": 5, "unix": null, "models": []}',
-        '{"pid": 1, "url": null, "unix": null, "models": "tiny"}',
-        '{"pid": 1, "url": null, "unix": null, "models": [1]}',
+        '{"pid": 1, "url": null, "unix": null, "models": [], "extra": 1, "load_s": null}',
+        '{"pid": "1", "url": null, "unix": null, "models": [], "load_s": null}',
+        '{"pid": true, "url": null, "unix": null, "models": [], "load_s": null}',
+        '{"pid": 1, "url": 5, "unix": null, "models": [], "load_s": null}',
+        '{"pid": 1, "url": null, "unix": null, "models": "tiny", "load_s": null}',
+        '{"pid": 1, "url": null, "unix": null, "models": [1], "load_s": null}',
+        '{"pid": 1, "url": null, "unix": null, "models": []}',
+        '{"pid": 1, "url": null, "unix": null, "models": [], "load_s": "0.5"}',
+        '{"pid": 1, "url": null, "unix": null, "models": [], "load_s": true}',
         '{"pid": 1, "url": null',
     ],
 )
