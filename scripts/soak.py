@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from mlxhost.demo import default_cache_dir, make_model  # noqa: E402
+from mlxhost.demo import cached_model  # noqa: E402
 from mlxhost.testing import start_host  # noqa: E402
 
 START_TIMEOUT_S = 180.0
@@ -183,7 +183,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seconds = args.seconds if args.seconds is not None else 60 * (args.minutes or 10)
-    model = args.model or make_model(default_cache_dir() / "bench-tiny", size="tiny")
+    model = args.model or cached_model("bench-tiny")
 
     host = Host(model)
     load = Load(host, args.concurrency, args.seed)

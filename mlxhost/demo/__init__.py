@@ -40,6 +40,7 @@ __all__ = [
     "SIZES",
     "SPECIAL_TOKENS",
     "ModelSize",
+    "cached_model",
     "default_cache_dir",
     "ensure_demo_model",
     "make_model",
@@ -48,7 +49,7 @@ __all__ = [
 
 # Part of the cache directory name and of the marker in config.json: bump it
 # whenever the files this package writes change, so stale caches are ignored.
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
 
 _WEIGHTS_FILE: Final = "model.safetensors"
 _FILES: Final = (
@@ -71,8 +72,17 @@ def default_cache_dir() -> Path:
 
 def ensure_demo_model(cache_dir: Path | None = None) -> Path:
     """Return the tiny demo model directory, building it on first use."""
+    return cached_model("demo-tiny", "tiny", cache_dir=cache_dir)
+
+
+def cached_model(name: str, size: str = "tiny", seed: int = 0, cache_dir: Path | None = None) -> Path:
+    """A demo model kept in the cache as `name`, built on first use.
+
+    The directory name carries `FORMAT_VERSION`, so a model an older mlxhost wrote is built anew
+    beside it rather than refused.
+    """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return make_model(root / f"demo-tiny-v{FORMAT_VERSION}", "tiny", seed=0)
+    return make_model(root / f"{name}-v{FORMAT_VERSION}", size, seed=seed)
 
 
 def make_model(path: Path, size: str = "tiny", seed: int = 0) -> Path:

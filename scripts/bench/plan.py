@@ -135,8 +135,7 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         model_path, size = args.model.resolve(), "custom"
     else:
         progress(f"building the {args.size} demo model (once; it is cached)")
-        cache = demo.default_cache_dir() / f"bench-{args.size}"
-        model_path, size = demo.make_model(cache, args.size), args.size
+        model_path, size = demo.cached_model(f"bench-{args.size}", args.size), args.size
     return Plan(
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
         ttft_requests, args.mlx_lm_server_backlog,

@@ -86,7 +86,72 @@ def test_chat_template(loaded: tuple[Any, Any]) -> None:
 def test_chat_template_rejects_unknown_role(loaded: tuple[Any, Any]) -> None:
     _, tokenizer = loaded
     with pytest.raises(Exception, match="Unsupported role"):
-        tokenizer.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
+        tokenizer.apply_chat_template([{"role": "function", "content": "x"}], tokenize=False)
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def test_mlx_lm_finds_tool_calling_and_thinking_in_the_demo_model(loaded: tuple[Any, Any]) -> None:
+    """The tags Qwen and Hermes models use: mlx-lm picks its json_tools parser and thinking markers."""
+    _, tokenizer = loaded
+    assert tokenizer.has_tool_calling
+    assert (tokenizer.tool_call_start, tokenizer.tool_call_end) == ("<tool_call>", "</tool_call>")
+    assert tokenizer.has_thinking
+    assert (tokenizer.think_start, tokenizer.think_end) == ("<think>", "</think>")
+    # Each tag is one token, so a parser (or a grammar) sees it whole.
+    for tag in ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|tool|>"):
+        assert tokenizer.encode(tag, add_special_tokens=False) == [SPECIAL_TOKENS.index(tag)]
+
+
+def test_a_tool_conversation_renders_and_its_calls_parse_back(loaded: tuple[Any, Any]) -> None:
+    _, tokenizer = loaded
+    conversation = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "two cities",
+            "tool_calls": [
+                # OpenAI sends arguments as a JSON string; Hugging Face templates often get a dict.
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+                {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "rain"},
+    ]
+    text = tokenizer.apply_chat_template(conversation, tools=[WEATHER], add_generation_prompt=True, tokenize=False)
+    # The caller's system text comes first, then the tools, in one system turn.
+    assert text.startswith("<|begin|><|system|>\nbe brief\n\nYou may call these tools:\n<tools>\n")
+    assert json.dumps(WEATHER) in text
+    assert text.count("<|system|>") == 1
+    assert "<|assistant|>\n<think>\ntwo cities\n</think>\n\n<tool_call>\n" in text
+    assert "<|tool|>\nsunny<|end|>\n<|tool|>\nrain<|end|>\n<|assistant|>\n" in text
+    # What the template writes for a call is what mlx-lm's parser for this model reads.
+    calls = text.split("<|tool|>")[0].split("<tool_call>")[2:]
+    parsed = [tokenizer.tool_parser(call.split("</tool_call>")[0], [WEATHER]) for call in calls]
+    assert parsed == [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "get_weather", "arguments": {"city": "Rome"}},
+    ]
+
+
+def test_thinking_can_be_switched_off_in_the_generation_prompt(loaded: tuple[Any, Any]) -> None:
+    _, tokenizer = loaded
+    messages = [{"role": "user", "content": "hi"}]
+    off = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    assert off.endswith("<|assistant|>\n<think>\n\n</think>\n\n")
+    on = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=True)
+    assert on.endswith("<|assistant|>\n")
 
 
 def test_eos(tiny_dir: Path, loaded: tuple[Any, Any]) -> None:
@@ -187,6 +252,17 @@ def test_ensure_demo_model_explicit_dir(tmp_path: Path) -> None:
     path = ensure_demo_model(tmp_path / "cache")
     assert path.parent == tmp_path / "cache"
     assert (path / "tokenizer.json").is_file()
+
+
+def test_a_cached_model_is_versioned_and_built_once(tmp_path: Path) -> None:
+    """The bench and soak keep their models in the cache too: an upgrade must not break them."""
+    from mlxhost.demo import FORMAT_VERSION, cached_model
+
+    older = make_model(tmp_path / "bench-tiny", seed=1)  # where the bench kept its model before
+    path = cached_model("bench-tiny", cache_dir=tmp_path)
+    assert path == tmp_path / f"bench-tiny-v{FORMAT_VERSION}"
+    assert (path / "tokenizer.json").is_file() and older.is_dir()
+    assert cached_model("bench-tiny", cache_dir=tmp_path) == path
 
 
 def test_default_cache_dir_without_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
