@@ -17,6 +17,10 @@ __all__ = [
     "EOS_TOKEN",
     "PAD_TOKEN",
     "SPECIAL_TOKENS",
+    "THINK_END",
+    "THINK_START",
+    "TOOL_CALL_END",
+    "TOOL_CALL_START",
     "tokenizer_documents",
     "write_tokenizer",
 ]
@@ -24,6 +28,14 @@ __all__ = [
 PAD_TOKEN: Final = "<|pad|>"
 BOS_TOKEN: Final = "<|begin|>"
 EOS_TOKEN: Final = "<|end|>"
+# Tool calls and thinking in the tags Qwen and Hermes models use, which mlx-lm recognises: a
+# template that names `<tool_call>` and `tool_call.name` gets its `json_tools` parser, and a
+# vocabulary holding `<think>` and `</think>` makes `has_thinking` true. So the demo model
+# exercises tool calling and reasoning offline, as a real model of that family would.
+TOOL_CALL_START: Final = "<tool_call>"
+TOOL_CALL_END: Final = "</tool_call>"
+THINK_START: Final = "<think>"
+THINK_END: Final = "</think>"
 # A token's id is its position here: the tokenizer trainer assigns special
 # tokens the first ids, in order.
 SPECIAL_TOKENS: Final = (
@@ -33,26 +45,68 @@ SPECIAL_TOKENS: Final = (
     "<|system|>",
     "<|user|>",
     "<|assistant|>",
+    "<|tool|>",
+    TOOL_CALL_START,
+    TOOL_CALL_END,
+    THINK_START,
+    THINK_END,
 )
-_ROLES: Final = ("system", "user", "assistant")
 
 # Renders e.g. "<|begin|><|user|>\nhi<|end|>\n<|assistant|>\n". The end of
 # turn marker doubles as eos, so a reply stops where a turn would end.
 # Content may also be a list of OpenAI-style parts; only text parts count.
+#
+# With `tools`, a system turn lists them (after the caller's own system text) and says how to
+# call one; an assistant turn's `tool_calls` render as `<tool_call>{"name", "arguments"}</tool_call>`
+# (arguments as OpenAI sends them, a JSON string, or as an object), its `reasoning_content` as
+# `<think>…</think>` before the answer, and a `tool` turn carries a result. `enable_thinking=False`
+# closes an empty think block in the generation prompt, as Qwen3's template does. Without tools,
+# tool calls or reasoning, a conversation renders exactly as it did before these were added.
 CHAT_TEMPLATE: Final = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('Unsupported role: ' + message['role']) }}"
-    "{% endif %}"
-    "<|{{ message['role'] }}|>\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
+    "{% macro text(content) %}"
+    "{% if content is string %}{{ content }}"
+    "{% elif content %}{% for part in content %}"
     "{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}"
-    "<|end|>\n"
+    "{% endmacro %}"
+    "{{ bos_token }}"
+    "{% set skip_first = tools and messages and messages[0]['role'] == 'system' %}"
+    "{% if tools %}"
+    "<|system|>\n"
+    "{% if skip_first %}{{ text(messages[0]['content']) }}\n\n{% endif %}"
+    "You may call these tools:\n<tools>\n"
+    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "</tools>\nTo call one, reply with <tool_call>\n"
+    '{\"name\": <the tool\'s name>, \"arguments\": <its arguments as a JSON object>}\n'
+    "</tool_call><|end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
+    "{{ raise_exception('Unsupported role: ' + message['role']) }}"
+    "{% endif %}"
+    "{% if not (loop.first and skip_first) %}"
+    "<|{{ message['role'] }}|>\n"
+    "{% if message['role'] == 'assistant' and message['reasoning_content'] %}"
+    "<think>\n{{ message['reasoning_content'] }}\n</think>\n\n"
+    "{% endif %}"
+    "{{ text(message['content']) }}"
+    "{% if message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{% for tool_call in message['tool_calls'] %}"
+    "{% if tool_call.function is defined %}{% set tool_call = tool_call.function %}{% endif %}"
+    # An expression, not a literal: the template environment drops a newline right after a tag.
+    "{% if not loop.first or message['content'] %}{{ '\\n' }}{% endif %}"
+    '<tool_call>\n{\"name\": \"{{ tool_call.name }}\", \"arguments\":'
+    "{% if tool_call.arguments is string %} {{ tool_call.arguments }}"
+    "{% else %} {{ tool_call.arguments | tojson }}{% endif %}"
+    "}\n</tool_call>"
     "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    "{% endif %}"
+    "<|end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"
 )
 
 
