@@ -11,12 +11,10 @@ import threading
 import time
 from pathlib import Path
 
-import anyio
 import httpx
 import psutil
 import pytest
 
-from mlxhost.host.liveness import why_hung
 from mlxhost.testing import RunningHost, start_host, wait_until
 
 FAULTY = f"{sys.executable} {Path(__file__).parent / 'workers' / 'faulty.py'}"
@@ -382,30 +380,3 @@ def test_a_worker_draining_on_its_own_is_not_taken_for_hung(tiny_model: Path) ->
         assert worker["last_exit"]["code"] == 0 and worker["last_exit"]["signal"] is None
     finally:
         assert server.stop() == 0
-
-
-@pytest.mark.parametrize(
-    ("status", "body", "hung"),
-    [
-        (200, {"status": "ok"}, None),
-        (503, {"status": "stopping"}, None),  # draining: slow to go, not hung
-        (503, {"status": "stalled"}, "its health check answered 503 (stalled)"),
-        (500, "oops", "its health check answered 500"),
-        (None, None, "no answer to a health check within 0.2s"),
-    ],
-)
-def test_the_liveness_check_tells_a_draining_worker_from_a_hung_one(
-    status: int | None, body: object, hung: str | None
-) -> None:
-    async def health(request: httpx.Request) -> httpx.Response:
-        if status is None:
-            await anyio.sleep(30)  # frozen
-        if isinstance(body, dict):
-            return httpx.Response(status or 200, json=body)
-        return httpx.Response(status or 200, text=str(body))
-
-    async def main() -> str | None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(health), base_url="http://worker") as probe:
-            return await why_hung(probe, 0.2)
-
-    assert anyio.run(main) == hung

@@ -1,0 +1,197 @@
+"""GET /admin/state: the host's state snapshot (`HostState`) and the parts it shares with events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mlxhost.wire.admin.record import JSON, Record, field_names, optional
+from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.launch import MemoryReading
+
+__all__ = ["AdmissionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "SessionRecord", "SessionsRecord", "WorkerRecord"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExitRecord(Record):
+    """How a worker process last ended."""
+
+    pid: int | None  # None: no process was ever started
+    code: int | None  # exit status, or None when a signal ended it (or it never started)
+    signal: str | None
+    uptime_s: float
+    ready: bool  # whether it had become ready
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Outcome(Record):
+    """How a session ended: only the fields its kind uses are set, and only those are sent."""
+
+    kind: str  # "completed", "cancelled" or "failed"
+    finish_reason: str | None = None  # completed
+    reason: str | None = None  # cancelled
+    code: str | None = None  # failed
+    message: str | None = None  # failed
+
+    # Text that may come from a client or a worker is kept as a short, inert excerpt.
+    @classmethod
+    def completed(cls, finish_reason: str | None) -> Outcome:
+        return cls("completed", finish_reason=None if finish_reason is None else excerpt(finish_reason))
+
+    @classmethod
+    def cancelled(cls, reason: str) -> Outcome:
+        return cls("cancelled", reason=str(reason))  # a StrEnum's value, as a plain str
+
+    @classmethod
+    def failed(cls, code: str, message: str) -> Outcome:
+        return cls("failed", code=excerpt(code), message=excerpt(message, MESSAGE_CHARS))
+
+    def _encode(self) -> JSON:
+        return {k: v for k, v in super()._encode().items() if v is not None}
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return {name: data.get(name) for name in field_names(cls)} | {"kind": data["kind"]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerRecord(Record):
+    id: str
+    model: str
+    state: str  # starting, ready, restarting, exhausted, closed
+    pid: int | None
+    socket: str
+    restarts: int
+    in_flight: int
+    uptime_s: float | None  # since it became ready; None while it is not
+    ready_s: float | None  # spawn to ready, last time
+    last_exit: ExitRecord | None
+    memory: MemoryReading | None  # its latest reading
+
+    def _encode(self) -> JSON:
+        data = super()._encode()
+        data["last_exit"] = None if self.last_exit is None else self.last_exit.to_json()
+        data["memory"] = None if self.memory is None else self.memory.__dict__.copy()
+        return data
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        memory = data["memory"]
+        return super()._decode(data) | {
+            "last_exit": optional(ExitRecord, data["last_exit"]),
+            "memory": None if memory is None else MemoryReading(**memory),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRecord(Record):
+    id: str
+    aliases: tuple[str, ...]
+    path: str
+    resident: bool
+    default: bool
+
+    def _encode(self) -> JSON:
+        return super()._encode() | {"aliases": list(self.aliases)}
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode(data) | {"aliases": tuple(data["aliases"])}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRecord(Record):
+    id: str
+    model: str
+    stream: bool
+    state: str  # queued, preparing, running, settling, closed
+    opened_at: float  # unix seconds
+    age_s: float  # until now, or until it closed
+    tokens: int
+    tokens_per_s: float
+    outcome: Outcome | None
+
+    def _encode(self) -> JSON:
+        return super()._encode() | {"outcome": None if self.outcome is None else self.outcome.to_json()}
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode(data) | {"outcome": optional(Outcome, data["outcome"])}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionsRecord(Record):
+    """GET /admin/sessions, and the state's `sessions`: counts, live ones, recently closed ones."""
+
+    opened: int
+    closed: int
+    live: tuple[SessionRecord, ...]
+    recent: tuple[SessionRecord, ...]
+
+    def _encode(self) -> JSON:
+        return super()._encode() | {
+            "live": [s.to_json() for s in self.live],
+            "recent": [s.to_json() for s in self.recent],
+        }
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode(data) | {
+            "live": tuple(SessionRecord.from_json(s) for s in data["live"]),
+            "recent": tuple(SessionRecord.from_json(s) for s in data["recent"]),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmissionRecord(Record):
+    """One model's admission gauges and counters."""
+
+    max_active: int
+    max_queued: int
+    active: int
+    queued: int
+    admitted: int
+    rejected: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostRecord(Record):
+    pid: int
+    started: float  # unix seconds
+    uptime_s: float
+    accepting: bool  # false once the host is stopping
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostState(Record):
+    """GET /admin/state: one consistent snapshot, including exactly the events up to `seq`."""
+
+    seq: int
+    host: HostRecord
+    workers: tuple[WorkerRecord, ...]
+    models: tuple[ModelRecord, ...]
+    sessions: SessionsRecord
+    admission: Mapping[str, AdmissionRecord]  # by model id
+
+    def _encode(self) -> JSON:
+        return {
+            "seq": self.seq,
+            "host": self.host.to_json(),
+            "workers": [w.to_json() for w in self.workers],
+            "models": [m.to_json() for m in self.models],
+            "sessions": self.sessions.to_json(),
+            "admission": {model: a.to_json() for model, a in self.admission.items()},
+        }
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return {
+            "seq": data["seq"],
+            "host": HostRecord.from_json(data["host"]),
+            "workers": tuple(WorkerRecord.from_json(w) for w in data["workers"]),
+            "models": tuple(ModelRecord.from_json(m) for m in data["models"]),
+            "sessions": SessionsRecord.from_json(data["sessions"]),
+            "admission": {model: AdmissionRecord.from_json(a) for model, a in data["admission"].items()},
+        }

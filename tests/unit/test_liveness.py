@@ -1,0 +1,36 @@
+"""The liveness verdict on one health check: a draining worker is slow to go, not hung."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+
+from mlxhost.host.liveness import why_hung
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "hung"),
+    [
+        (200, {"status": "ok"}, None),
+        (503, {"status": "stopping"}, None),  # draining: slow to go, not hung
+        (503, {"status": "stalled"}, "its health check answered 503 (stalled)"),
+        (500, "oops", "its health check answered 500"),
+        (None, None, "no answer to a health check within 0.2s"),
+    ],
+)
+def test_the_liveness_check_tells_a_draining_worker_from_a_hung_one(
+    status: int | None, body: object, hung: str | None
+) -> None:
+    async def health(request: httpx.Request) -> httpx.Response:
+        if status is None:
+            await anyio.sleep(30)  # frozen
+        if isinstance(body, dict):
+            return httpx.Response(status or 200, json=body)
+        return httpx.Response(status or 200, text=str(body))
+
+    async def main() -> str | None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(health), base_url="http://worker") as probe:
+            return await why_hung(probe, 0.2)
+
+    assert anyio.run(main) == hung
