@@ -33,7 +33,9 @@ def sessions(server: RunningHost) -> dict[str, Any]:
 
 
 def recent(server: RunningHost, session_id: str) -> dict[str, Any]:
-    return next(s for s in sessions(server)["recent"] if s["id"] == session_id)
+    """The closed session. The client's stream can end before it closes: a session settles until
+    its worker says it dropped the sequence, and only then is its outcome recorded."""
+    return wait_until(lambda: next((s for s in sessions(server)["recent"] if s["id"] == session_id), None))
 
 
 def assert_every_session_closed_once(server: RunningHost) -> None:
@@ -109,7 +111,9 @@ def test_one_runs_two_wait_in_order_the_rest_get_429(narrow: RunningHost) -> Non
         metrics = http.get("/metrics").text
     assert 'mlxhost_requests_total{model="tiny",status="429"} 3.0' in metrics
     assert sessions(narrow)["opened"] == 3
-    closed = [s["id"] for s in sessions(narrow)["recent"]]
+    ours = {running.session, second.session, third.session}
+    # A session closes once its worker has dropped the sequence, which can be after its response.
+    closed = wait_until(lambda: ours <= set(ids := [s["id"] for s in sessions(narrow)["recent"]]) and ids)
     # With one place, the waiters ran after the first, in the order they arrived.
     assert closed.index(running.session) < closed.index(second.session) < closed.index(third.session)
     assert_every_session_closed_once(narrow)
