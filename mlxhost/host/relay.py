@@ -32,7 +32,6 @@ from mlxhost.host.supervisor import Supervisor
 from mlxhost.host.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from mlxhost.host.worker_status import WorkerUnavailable
 from mlxhost.wire.admin import AdmissionRejected
-from mlxhost.wire.chunks import ErrorReport, StreamReader, read_whole
 from mlxhost.wire.errors import (
     AdmissionRefused,
     APIError,
@@ -42,6 +41,7 @@ from mlxhost.wire.errors import (
     WorkerFailed,
 )
 from mlxhost.wire.headers import SESSION_HEADER
+from mlxhost.wire.reading import ErrorReport, StreamReader, read_whole
 
 __all__ = ["SessionResponse", "refusal"]
 

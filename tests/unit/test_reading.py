@@ -10,22 +10,9 @@ from typing import Any
 
 import pytest
 
-from mlxhost.wire.chunks import (
-    DONE,
-    KEEPALIVE,
-    MAX_FRAME,
-    ChatFormat,
-    CompletionFormat,
-    Delta,
-    ErrorReport,
-    Reading,
-    StreamReader,
-    TokenLogprob,
-    Usage,
-    read_whole,
-    sse,
-)
+from mlxhost.wire.chunks import DONE, KEEPALIVE, ChatFormat, CompletionFormat, Delta, TokenLogprob, Usage, sse
 from mlxhost.wire.errors import APIError, InternalError, ServiceUnavailable
+from mlxhost.wire.reading import MAX_FRAME, ErrorReport, Reading, StreamReader, read_whole
 
 Format = ChatFormat | CompletionFormat
 Encode = Callable[[dict[str, Any]], bytes]
