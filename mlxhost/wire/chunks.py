@@ -20,11 +20,14 @@ __all__ = [
     "Delta",
     "FinishReason",
     "TokenLogprob",
+    "ToolCall",
     "Usage",
     "sse",
 ]
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
+# What a client is told: a generation that stopped after calling tools ends in "tool_calls".
+AnswerFinish = Literal["stop", "length", "tool_calls"]
 
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"
@@ -37,6 +40,15 @@ class TokenLogprob:
     top: tuple[tuple[str, float], ...] = ()
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model made, read from its output: `arguments` is the JSON text of an object."""
+
+    id: str
+    name: str
+    arguments: str
+
+
 @dataclass
 class Delta:
     """New output since the previous delta; the last one of a session carries `finish_reason`."""
@@ -47,6 +59,7 @@ class Delta:
     finish_reason: FinishReason | None = None
     error: str | None = None  # why, when finish_reason is "cancelled" or "error"
     cached_tokens: int = 0  # prompt tokens served from the prompt cache
+    stop_sequence: str | None = None  # the stop string that ended it, when one did
 
     def merge(self, later: Delta) -> Delta:
         logprobs = None
@@ -59,6 +72,7 @@ class Delta:
             finish_reason=later.finish_reason,
             error=later.error,
             cached_tokens=later.cached_tokens,
+            stop_sequence=later.stop_sequence,
         )
 
 
@@ -133,13 +147,40 @@ class ChatFormat(_Format):
     def first_chunk(self) -> dict[str, Any]:
         return self._chunk([_choice({"role": "assistant", "content": ""})])
 
-    def content_chunk(self, delta: Delta) -> dict[str, Any]:
-        return self._chunk([_choice({"content": delta.text}, _chat_logprobs(delta.logprobs))])
+    def content_chunk(self, delta: Delta, text: str | None = None) -> dict[str, Any]:
+        """The delta's text (or `text`, what of it is the answer) and its logprobs."""
+        content = delta.text if text is None else text
+        return self._chunk([_choice({"content": content}, _chat_logprobs(delta.logprobs))])
+
+    def reasoning_chunk(self, text: str) -> dict[str, Any]:
+        # Clients disagree on the name (vLLM and DeepSeek say reasoning_content, OpenRouter and
+        # Ollama reasoning): both are sent.
+        return self._chunk([_choice({"reasoning_content": text, "reasoning": text})])
+
+    def tool_call_chunks(self, index: int, call: ToolCall) -> list[dict[str, Any]]:
+        """As OpenAI streams a call: its id and name first, then its arguments."""
+        head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+        arguments = {"index": index, "function": {"arguments": call.arguments}}
+        return [self._chunk([_choice({"tool_calls": [head]})]), self._chunk([_choice({"tool_calls": [arguments]})])]
 
     def finish_chunk(self, finish_reason: str) -> dict[str, Any]:
         return self._chunk([_choice({}, None, finish_reason)])
 
-    def whole(self, text: str, logprobs: list[TokenLogprob] | None, final: Delta) -> dict[str, Any]:
+    def whole(
+        self,
+        text: str,
+        logprobs: list[TokenLogprob] | None,
+        final: Delta,
+        *,
+        reasoning: str = "",
+        tool_calls: tuple[ToolCall, ...] = (),
+        finish_reason: str | None = None,
+    ) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text if text or not tool_calls else None}
+        if reasoning:
+            message["reasoning_content"] = message["reasoning"] = reasoning
+        if tool_calls:
+            message["tool_calls"] = [_tool_call(call) for call in tool_calls]
         return {
             "id": self.id,
             "object": "chat.completion",
@@ -148,9 +189,9 @@ class ChatFormat(_Format):
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": message,
                     "logprobs": _chat_logprobs(logprobs),
-                    "finish_reason": final.finish_reason,
+                    "finish_reason": finish_reason or final.finish_reason,
                 }
             ],
             "usage": usage(self.prompt_tokens, final),
@@ -207,6 +248,10 @@ class CompletionFormat(_Format):
             "top_logprobs": [dict(item.top) for item in logprobs],
             "text_offset": offsets,
         }
+
+
+def _tool_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
 def _choice(

@@ -12,19 +12,22 @@ more than any request can is refused before pydantic builds anything.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import from_json
 
 from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.inert import excerpt
 
-__all__ = ["ChatCompletionRequest", "CompletionRequest", "parse_body", "too_long"]
+__all__ = ["ChatCompletionRequest", "CompletionRequest", "parse_body", "register_schema", "too_long"]
 
 # Messages in one request, and content parts over all of them: more than a conversation has.
 MAX_MESSAGES = 16_384
 MAX_STOP = 4
+MAX_TOOLS = 128
+MAX_CHOICES = 8  # `n`: choices are sequences of one batch, so a few cost little more than one
 SHAPE_CHECK_BYTES = 64 * 1024  # smaller bodies cost pydantic a few milliseconds at most
 HEAD_BYTES = 512 * 1024  # room for MAX_MESSAGES of the smallest messages
 
@@ -50,12 +53,84 @@ class TextFormat(_Strict):
     type: Literal["text"]
 
 
+class JSONObjectFormat(_Strict):
+    type: Literal["json_object"]
+
+
+FunctionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+JSONSchema = dict[str, Any]
+
+
+class JSONSchemaSpec(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    name: FunctionName
+    description: str | None = None
+    schema_: JSONSchema | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class JSONSchemaFormat(_Strict):
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaSpec
+
+
+class FunctionCall(_Strict):
+    name: FunctionName
+    arguments: str
+
+
+class ToolCallItem(_Strict):
+    id: Annotated[str, Field(min_length=1, max_length=256)]
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class FunctionDef(_Strict):
+    name: FunctionName
+    description: str | None = None
+    parameters: JSONSchema | None = None
+    strict: bool | None = None
+
+
+class ToolDef(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    name: FunctionName
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | Annotated[list[TextPart], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: (
+        str | Annotated[list[TextPart], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)] | None
+    ) = None
     name: str | None = None
+    tool_calls: Annotated[list[ToolCallItem], Field(max_length=MAX_TOOLS)] | None = None  # assistant
+    tool_call_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None  # tool
+    # The reasoning of an earlier assistant turn, as this server (and others) answered it.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+    @model_validator(mode="after")
+    def _fits_role(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content is required, except in an assistant message with tool_calls")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only an assistant message has tool_calls")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
@@ -76,7 +151,9 @@ class _Generation(_Strict):
     frequency_penalty: Penalty | None = None
     repetition_penalty: Annotated[float, Field(ge=0.01, le=10.0)] | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
-    n: Literal[1] | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_CHOICES)] | None = None
+    # Token id (as a string, as OpenAI has it) -> a bias added to its logit.
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
     # Keeps this request's prompt-cache entries apart from those of requests without the same salt.
     cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
@@ -94,7 +171,13 @@ class ChatCompletionRequest(_Generation):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
-    response_format: TextFormat | None = None
+    response_format: Annotated[
+        TextFormat | JSONObjectFormat | JSONSchemaFormat, Field(discriminator="type")
+    ] | None = None
+    tools: Annotated[list[ToolDef], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -120,9 +203,12 @@ class CompletionRequest(_Generation):
 
 _FIELD_NAMES = {
     name
-    for model in (ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions)
+    for model in (
+        ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions, ToolDef, FunctionDef,
+        NamedToolChoice, NamedFunction, ToolCallItem, FunctionCall, JSONSchemaFormat, JSONObjectFormat,
+    )
     for name in model.model_fields
-}
+} | {"schema"}
 
 
 T = TypeVar("T", bound=BaseModel)
@@ -132,12 +218,39 @@ T = TypeVar("T", bound=BaseModel)
 _NESTED: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
     (ChatCompletionRequest, "messages"): ChatMessage,
     (ChatCompletionRequest, "stream_options"): StreamOptions,
-    (ChatCompletionRequest, "response_format"): TextFormat,
     (CompletionRequest, "stream_options"): StreamOptions,
     (ChatMessage, "content"): TextPart,
+    (ChatMessage, "tool_calls"): ToolCallItem,
+    (ToolCallItem, "function"): FunctionCall,
+    (ChatCompletionRequest, "tools"): ToolDef,
+    (ToolDef, "function"): FunctionDef,
+    (ChatCompletionRequest, "tool_choice"): NamedToolChoice,
+    (NamedToolChoice, "function"): NamedFunction,
 }
-_LISTS = frozenset({"messages", "content", "stop", "prompt"})  # the fields that take a list
+_LISTS = {"messages", "content", "stop", "prompt", "tools", "tool_calls"}  # the fields that take a list
 BULK_ITEMS = 1024  # in an array or object where the schema has none: past this, refused unread
+# A JSON Schema (a tool's parameters, a response format) is free-form, and a real agent's can be
+# large: it gets a budget of its own.
+SCHEMA_ITEMS = 16_384
+_SCHEMAS = {"parameters", "schema", "response_format", "logit_bias"}
+_KEYED = {"logit_bias"}  # maps whose keys name the entry an error is about
+
+
+def register_schema(
+    models: Iterable[type[BaseModel]],
+    nested: Mapping[tuple[type[BaseModel], str], type[BaseModel]] | None = None,
+    lists: Iterable[str] = (),
+    schemas: Iterable[str] = (),
+) -> None:
+    """Teach `parse_body` another dialect's bodies: their field names (for the `param` of an
+    error), which fields hold which objects, which take lists, and which hold free-form JSON
+    Schemas (with their larger budget). Called once, where those models are defined."""
+    for model in models:
+        _FIELD_NAMES.update(model.model_fields)
+        _FIELD_NAMES.update(f.alias for f in model.model_fields.values() if f.alias)
+    _NESTED.update(nested or {})
+    _LISTS.update(lists)
+    _SCHEMAS.update(schemas)
 
 
 def parse_body(model: type[T], body: bytes, context: int | None = None) -> T:
@@ -206,11 +319,11 @@ class _Shape:
                     if isinstance(item, dict) and nested is not None:
                         self.check_object(nested, item, f"{param}[{i}]")
                     elif isinstance(item, (list, dict)):
-                        _check_bulk(item, f"{param}[{i}]")
+                        _check_bulk(item, f"{param}[{i}]", BULK_ITEMS)
             elif isinstance(value, dict) and nested is not None:
                 self.check_object(nested, value, param)
             elif isinstance(value, (list, dict)):
-                _check_bulk(value, param)
+                _check_bulk(value, param, SCHEMA_ITEMS if key in _SCHEMAS else BULK_ITEMS)
 
     def check_length(self, key: str, param: str, count: int) -> None:
         context, counted = self.context, f"{count}{self.more}"
@@ -227,9 +340,9 @@ class _Shape:
             raise InvalidRequest(f"{param}: at most {MAX_STOP} stop sequences, not {counted}", param=param)
 
 
-def _check_bulk(value: list[Any] | dict[str, Any], param: str) -> None:
+def _check_bulk(value: list[Any] | dict[str, Any], param: str, budget: int) -> None:
     """A JSON array or object where the schema has none: refused at once if large, however deep."""
-    budget, pending = BULK_ITEMS, [value]
+    pending = [value]
     while pending:
         item = pending.pop()
         budget -= len(item) + 1
@@ -265,16 +378,20 @@ def _invalid_request(exc: ValidationError) -> InvalidRequest:
     if first["type"] == "missing":
         return InvalidRequest(f"missing required parameter '{param}'", param=param, code="missing_parameter")
     # A union reports one error per member; say all of them for the same field.
-    messages = list(dict.fromkeys(e["msg"] for e in errors if _param(e["loc"]) == param))
+    messages = list(
+        dict.fromkeys(e["msg"].removeprefix("Value error, ") for e in errors if _param(e["loc"]) == param)
+    )
     return InvalidRequest(f"{param}: {'; or '.join(messages)}", param=param)
 
 
 def _param(loc: tuple[Any, ...]) -> str:
     """('messages', 0, 'str', 'content') -> 'messages[0].content', dropping union member tags."""
-    out = ""
+    out, last = "", None
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in _FIELD_NAMES:
-            out += f".{part}" if out else part
+        elif (part in _FIELD_NAMES and part != last) or last in _KEYED:
+            # A tagged union's tag may be its field's name; a map's keys are the client's own.
+            out += f".{excerpt(part)}" if out else part
+        last = part
     return out

@@ -24,7 +24,7 @@ import mlx.core as mx
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.worker.generation import GenerationSession
 from mlxhost.worker.prompt_cache import PromptCache
-from mlxhost.worker.sampling import SamplerCache, logits_processors_for
+from mlxhost.worker.sampling import SamplerCache, processors_for
 from mlxhost.worker.textstream import TextStream
 from mlxhost.worker.tokenizer import Tokenizer
 
@@ -86,6 +86,7 @@ class Batching:
         self._held: Outputs = []  # decoded, not yet handed over
         self._published_at = 0.0
         self._tokenizer: Tokenizer  # set by run()
+        self.vocab_size = 0  # the width of the model's logits; set by the engine at load
 
     def submit(self, session: GenerationSession) -> None:
         """On the event loop: queue `session` for the thread to take in before its next step."""
@@ -152,7 +153,7 @@ class Batching:
                 caches=[cache for cache, _ in starts],
                 all_tokens=[s.request.prompt[:n] for s, n in zip(admitted, cached, strict=True)],
                 samplers=[samplers.sampler_for(s.request.sampling) for s in admitted],
-                logits_processors=[logits_processors_for(s.request.sampling) for s in admitted],
+                logits_processors=[processors_for(s.request, self.vocab_size) for s in admitted],
             )
             for uid, session, hit in zip(uids, admitted, cached, strict=True):
                 detokenizer = self._tokenizer.decoder.detokenizer
@@ -207,7 +208,8 @@ class Batching:
             logprobs = None
             if row.session.request.logprobs is not None:
                 logprobs = [self._logprob(response, row.session.request.logprobs)]
-            outputs.append((row.session, Delta(text, row.tokens, logprobs, finish, cached_tokens=row.cached)))
+            delta = Delta(text, row.tokens, logprobs, finish, cached_tokens=row.cached, stop_sequence=row.text.matched)
+            outputs.append((row.session, delta))
             urgent = urgent or finish is not None or row.tokens == 1
             if finish is not None:
                 del self.rows[row.uid]

@@ -26,6 +26,7 @@ from mlx_lm.generate import BatchGenerator
 
 from mlxhost.worker.batching import Batching, EngineFailed, Outputs
 from mlxhost.worker.generation import GenerationRequest, GenerationSession
+from mlxhost.worker.grammar import Grammars
 from mlxhost.worker.prompt_cache import PromptCache, PromptCacheStatistics
 from mlxhost.worker.tokenizer import Tokenizer, context_length
 
@@ -74,6 +75,7 @@ class Engine:
         self.vocab_size = 0
         self.max_token_chars: int | None = None  # see Tokenizer.max_token_chars
         self._tokenizer: Tokenizer | None = None
+        self.grammars: Grammars  # compiles and caches output grammars; set at load
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle = anyio.Event()
         self._idle.set()
@@ -141,6 +143,9 @@ class Engine:
         model, loaded = mlx_lm.load(str(self.model_path))[:2]
         tokenizer = self._tokenizer = Tokenizer(loaded)
         self.vocab_size = tokenizer.vocab_size
+        logits = getattr(getattr(model, "args", None), "vocab_size", None)
+        self._batching.vocab_size = logits if isinstance(logits, int) else tokenizer.vocab_size
+        self.grammars = Grammars(loaded, self._batching.vocab_size)
         self.max_token_chars = tokenizer.max_token_chars
         self.context_length = context_length(model)
         self.load_seconds = time.perf_counter() - began

@@ -14,11 +14,15 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mlxhost.wire.chunks import Delta
+
+if TYPE_CHECKING:
+    from mlxhost.worker.grammar import Grammar
 
 __all__ = [
     "GenerationRequest",
@@ -54,6 +58,10 @@ class GenerationRequest:
     # Whose prompt-cache entries this request may start from and adds to: (the caller's scope,
     # its cache_salt). A prefix cached under another namespace is never reused, nor counted.
     cache_namespace: tuple[str, str] = ("", "")
+    # What the output must match (a JSON schema, a tool call); None: anything.
+    grammar: Grammar | None = None
+    # (token id, bias) pairs added to the logits at every step.
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(eq=False)  # identity: sessions live in sets

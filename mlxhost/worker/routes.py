@@ -1,48 +1,49 @@
-"""POST /v1/chat/completions and /v1/completions: validate, generate, answer whole or streamed.
+"""POST /v1/chat/completions and /v1/completions: validate, translate, generate, answer.
 
 Nothing here waits on the event loop for the size of a request: a large body is sized up before
-pydantic builds it (see schemas), a prompt that cannot fit is refused before the chat template
-renders it, and rendering and encoding run in the engine's tokenizer thread.
-
-A generation lives exactly as long as someone wants it. Streaming: the session is opened inside
-the response body, which Starlette cancels when the client disconnects. Whole answers: a watcher
-task waits for `http.disconnect` while the result is collected and cancels the collection.
+pydantic builds it (see wire/openai.py), a prompt that cannot fit is refused before the chat
+template renders it, and rendering and encoding run in the engine's tokenizer thread. Running the
+generation and answering is answer.py's, for every dialect; the conversation pipeline (tools,
+grammar, reasoning) is conversation.py's.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
-from mlxhost.config import Settings
 from mlxhost.runtime.body import read_body as read_limited_body
-from mlxhost.wire.chunks import DONE, KEEPALIVE, ChatFormat, CompletionFormat, Delta, TokenLogprob, sse
-from mlxhost.wire.errors import APIError, InternalError, InvalidRequest, ServiceUnavailable
-from mlxhost.wire.headers import CACHE_SCOPE_HEADER, SESSION_HEADER
+from mlxhost.wire.chunks import DONE, AnswerFinish, ChatFormat, CompletionFormat, Delta, sse
+from mlxhost.wire.errors import APIError, InvalidRequest, ServiceUnavailable
+from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 from mlxhost.wire.inert import excerpt
-from mlxhost.wire.openai import ChatCompletionRequest, CompletionRequest, parse_body, too_long
-from mlxhost.worker.engine import Engine, EngineStopped
+from mlxhost.wire.openai import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    JSONObjectFormat,
+    JSONSchemaFormat,
+    parse_body,
+    too_long,
+)
+from mlxhost.worker.answer import Answer, Serving, respond, shutting_down
+from mlxhost.worker.conversation import (
+    Conversation,
+    OutputFormat,
+    Tool,
+    ToolChoice,
+    prepare,
+    tool_call_message,
+)
 from mlxhost.worker.generation import GenerationRequest, SamplingParams
+from mlxhost.worker.grammar import Grammar
+from mlxhost.worker.output import Output
 
-__all__ = ["Serving", "chat_completions", "completions", "shutting_down"]
-
-Format = ChatFormat | CompletionFormat
-CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, but the access log does
-
-
-@dataclass
-class Serving:
-    """What the routes need, kept on `app.state.serving`."""
-
-    engine: Engine
-    settings: Settings
-    model_id: str
-    accepting: bool = True
+__all__ = ["Serving", "chat_completions", "completions", "serving", "shutting_down"]
 
 
 def serving(request: Request) -> Serving:
@@ -53,24 +54,145 @@ async def chat_completions(request: Request) -> Response:
     service = serving(request)
     context = service.engine.context_length
     chat = parse_body(ChatCompletionRequest, await read_body(request, service), context)
-    messages = [
-        {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-        for m in chat.messages
-    ]
+    if chat.n is not None and chat.n > 1:
+        raise InvalidRequest("n: only one choice per request is supported yet", param="n", code="unsupported_value")
     # Each message renders to at least one token.
-    if context is not None and len(messages) >= context:
-        raise too_long("messages", f"{len(messages)} messages are at least {len(messages)} tokens", context)
-    _check_characters(service, "messages", sum(len(m["content"]) for m in messages))
-    prompt = await service.engine.encode_chat(messages)
-    generation = _generation_request(chat, prompt, service, "messages", _namespace(request, chat))
-    fmt = ChatFormat(service.model_id, len(prompt), include_usage=chat.wants_usage_chunk())
-    return await _respond(request, service, generation, fmt, bool(chat.stream))
+    if context is not None and len(chat.messages) >= context:
+        count = len(chat.messages)
+        raise too_long("messages", f"{count} messages are at least {count} tokens", context)
+    _check_characters(service, "messages", sum(len(m.text()) for m in chat.messages))
+    prepared = await prepare(service.engine, chat_conversation(chat))
+    generation = _generation_request(
+        chat, prepared.prompt, service, "messages", _namespace(request, chat), grammar=prepared.grammar
+    )
+    fmt = ChatFormat(service.model_id, len(prepared.prompt), include_usage=chat.wants_usage_chunk())
+    writer = ChatWriter(fmt)
+    return await respond(request, service, generation, writer, prepared.parser(service.engine), bool(chat.stream))
+
+
+def chat_conversation(chat: ChatCompletionRequest) -> Conversation:
+    """A Chat Completions body as the shared pipeline takes it."""
+    tools = tuple(
+        Tool(t.function.name, t.function.description, t.function.parameters, strict=bool(t.function.strict))
+        for t in chat.tools or ()
+    )
+    choice = chat.tool_choice
+    if choice is None:
+        tool_choice = ToolChoice("auto")
+    elif isinstance(choice, str):
+        tool_choice = ToolChoice(choice)
+    else:
+        tool_choice = ToolChoice("named", choice.function.name)
+    fmt = chat.response_format
+    output_format = None
+    if isinstance(fmt, JSONObjectFormat):
+        output_format = OutputFormat("json_object", "response_format")
+    elif isinstance(fmt, JSONSchemaFormat):
+        schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {"type": "object"}
+        strict = bool(fmt.json_schema.strict)
+        output_format = OutputFormat("json_schema", "response_format.json_schema.schema", schema, strict)
+    template_args: dict[str, Any] = {}
+    thinking = None
+    if chat.reasoning_effort is not None:
+        template_args["reasoning_effort"] = chat.reasoning_effort
+        thinking = chat.reasoning_effort != "none"
+    return Conversation(
+        messages=[_template_message(m) for m in chat.messages],
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=chat.parallel_tool_calls is not False,
+        output_format=output_format,
+        thinking=thinking,
+        template_args=template_args,
+    )
+
+
+def _template_message(message: ChatMessage) -> dict[str, Any]:
+    role = "system" if message.role == "developer" else message.role
+    out: dict[str, Any] = {"role": role, "content": message.text()}
+    if message.tool_calls:
+        out["tool_calls"] = tool_call_message(
+            [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
+        )
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name is not None and role == "tool":
+        out["name"] = message.name
+    reasoning = message.reasoning_content or message.reasoning
+    if reasoning and role == "assistant":
+        out["reasoning_content"] = reasoning
+    return out
+
+
+@dataclass
+class ChatWriter:
+    fmt: ChatFormat
+    _calls: int = 0  # tool calls streamed so far: each has its index
+
+    def opening(self) -> Iterable[bytes]:
+        return [sse(self.fmt.first_chunk())]
+
+    def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
+        frames = []
+        if out.reasoning:
+            frames.append(sse(self.fmt.reasoning_chunk(out.reasoning)))
+        if out.content or delta.logprobs:
+            frames.append(sse(self.fmt.content_chunk(delta, out.content)))
+        for call in out.tool_calls:
+            frames += [sse(chunk) for chunk in self.fmt.tool_call_chunks(self._calls, call)]
+            self._calls += 1
+        return frames
+
+    def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
+        frames = [sse(self.fmt.finish_chunk(finish))]
+        if self.fmt.include_usage:
+            frames.append(sse(self.fmt.usage_chunk(final)))
+        return [*frames, DONE]
+
+    def failure(self, error: APIError) -> Iterable[bytes]:
+        return [sse(error.body()), DONE]
+
+    def whole(self, answer: Answer) -> dict[str, Any]:
+        out = answer.output
+        return self.fmt.whole(
+            out.content,
+            answer.logprobs,
+            answer.final,
+            reasoning=out.reasoning,
+            tool_calls=tuple(out.tool_calls),
+            finish_reason=answer.finish,
+        )
+
+
+@dataclass
+class CompletionWriter:
+    fmt: CompletionFormat
+
+    def opening(self) -> Iterable[bytes]:
+        return []
+
+    def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
+        return [sse(self.fmt.content_chunk(delta))]
+
+    def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
+        frames = [sse(self.fmt.finish_chunk(finish))]
+        if self.fmt.include_usage:
+            frames.append(sse(self.fmt.usage_chunk(final)))
+        return [*frames, DONE]
+
+    def failure(self, error: APIError) -> Iterable[bytes]:
+        return [sse(error.body()), DONE]
+
+    def whole(self, answer: Answer) -> dict[str, Any]:
+        return self.fmt.whole(answer.output.content, answer.logprobs, answer.final)
 
 
 async def completions(request: Request) -> Response:
     service = serving(request)
     context = service.engine.context_length
     completion = parse_body(CompletionRequest, await read_body(request, service), context)
+    if completion.n is not None and completion.n > 1:
+        raise InvalidRequest("n: only one choice per request is supported yet", param="n", code="unsupported_value")
     if isinstance(completion.prompt, str):
         _check_characters(service, "prompt", len(completion.prompt))
         prompt = await service.engine.encode(completion.prompt)
@@ -87,7 +209,7 @@ async def completions(request: Request) -> Response:
             )
     generation = _generation_request(completion, prompt, service, "prompt", _namespace(request, completion))
     fmt = CompletionFormat(service.model_id, len(prompt), include_usage=completion.wants_usage_chunk())
-    return await _respond(request, service, generation, fmt, bool(completion.stream))
+    return await respond(request, service, generation, CompletionWriter(fmt), None, bool(completion.stream))
 
 
 def _check_characters(service: Serving, param: str, chars: int) -> None:
@@ -101,7 +223,35 @@ def _check_characters(service: Serving, param: str, chars: int) -> None:
         raise too_long(param, size, context)
 
 
-def _namespace(request: Request, body: ChatCompletionRequest | CompletionRequest) -> tuple[str, str]:
+class GenerationBody(Protocol):
+    """What `_generation_request` reads of a body, whichever dialect it is in."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def min_p(self) -> float | None: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
+    @property
+    def presence_penalty(self) -> float | None: ...
+    @property
+    def frequency_penalty(self) -> float | None: ...
+    @property
+    def logit_bias(self) -> dict[str, float] | None: ...
+    @property
+    def cache_salt(self) -> str | None: ...
+    def requested_max_tokens(self) -> int | None: ...
+    def stop_strings(self) -> tuple[str, ...]: ...
+    def logprobs_count(self) -> int | None: ...
+
+
+def _namespace(request: Request, body: GenerationBody) -> tuple[str, str]:
     # The scope is set by whoever let the request in (the parent, or the in-process front door),
     # never by the client; the salt lets one caller keep its own requests apart too.
     return request.headers.get(CACHE_SCOPE_HEADER, ""), body.cache_salt or ""
@@ -115,11 +265,12 @@ async def read_body(request: Request, service: Serving) -> bytes:
 
 
 def _generation_request(
-    body: ChatCompletionRequest | CompletionRequest,
+    body: GenerationBody,
     prompt: list[int],
     service: Serving,
     prompt_param: str,
     namespace: tuple[str, str] = ("", ""),
+    grammar: Grammar | None = None,
 ) -> GenerationRequest:
     settings, context = service.settings, service.engine.context_length
     if not prompt:
@@ -167,111 +318,17 @@ def _generation_request(
         stop=body.stop_strings(),
         logprobs=body.logprobs_count(),
         cache_namespace=namespace,
+        grammar=grammar,
+        logit_bias=_logit_bias(body.logit_bias, service.engine.vocab_size),
     )
 
 
-async def _respond(
-    request: Request, service: Serving, generation: GenerationRequest, fmt: Format, stream: bool
-) -> Response:
-    if stream:
-        return StreamingResponse(
-            _stream(service, generation, fmt, request.headers.get(SESSION_HEADER)),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
-    return await _whole(request, service, generation, fmt, request.headers.get(SESSION_HEADER))
-
-
-async def _stream(
-    service: Serving, generation: GenerationRequest, fmt: Format, tag: str | None
-) -> AsyncIterator[bytes]:
-    try:
-        async for frame in _frames(service, generation, fmt, tag):
-            yield frame
-    except EngineStopped:
-        yield sse(shutting_down().body())
-        yield DONE
-
-
-async def _frames(
-    service: Serving, generation: GenerationRequest, fmt: Format, tag: str | None
-) -> AsyncIterator[bytes]:
-    settings = service.settings
-    ended = object()
-    last_frame = float("-inf")
-    async with service.engine.generate(generation, tag) as session:
-        first = fmt.first_chunk()
-        if first is not None:
-            yield sse(first)
-        while True:
-            delta: Any = session.ready()
-            if delta is None:
-                # Comments keep proxies and clients from timing out during a long prefill.
-                with anyio.move_on_after(settings.keepalive_seconds):
-                    delta = await anext(session, ended)
-            if delta is None:
-                yield KEEPALIVE
-                continue
-            if delta is ended:
-                return
-            wait = last_frame + settings.stream_interval - anyio.current_time()
-            if wait > 0 and delta.finish_reason is None:
-                # Tokens that come faster than `stream_interval` go out as one frame: past a
-                # hundred frames a second nobody sees the difference, but the CPU does.
-                await session.wait_ended(wait)
-                delta = session.merge_ready(delta)
-            if delta.text or delta.logprobs:
-                yield sse(fmt.content_chunk(delta))
-                last_frame = anyio.current_time()
-            if delta.finish_reason is None:
-                continue
-            if delta.finish_reason in ("stop", "length"):
-                yield sse(fmt.finish_chunk(delta.finish_reason))
-                if fmt.include_usage:
-                    yield sse(fmt.usage_chunk(delta))
-            else:
-                yield sse(_failure(delta).body())
-            yield DONE
-            return
-
-
-async def _whole(
-    request: Request, service: Serving, generation: GenerationRequest, fmt: Format, tag: str | None
-) -> Response:
-    text: list[str] = []
-    logprobs: list[TokenLogprob] | None = [] if generation.logprobs is not None else None
-    final: Delta | None = None
-    async with service.engine.generate(generation, tag) as session:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_disconnect, request, tg.cancel_scope)
-            async for delta in session:
-                text.append(delta.text)
-                if logprobs is not None and delta.logprobs:
-                    logprobs.extend(delta.logprobs)
-                final = delta if delta.finish_reason else final
-            tg.cancel_scope.cancel()
-    if final is None:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    if final.finish_reason not in ("stop", "length"):
-        raise _failure(final)
-    return JSONResponse(fmt.whole("".join(text), logprobs, final))
-
-
-async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
-
-
-def shutting_down() -> ServiceUnavailable:
-    return ServiceUnavailable(
-        "the server is shutting down; the generation was stopped", code="shutting_down"
-    )
-
-
-def _failure(final: Delta) -> APIError:
-    if final.finish_reason == "cancelled":
-        if final.error == "shutdown":
-            return shutting_down()
-        return ServiceUnavailable(f"the generation was cancelled ({final.error})", code="cancelled")
-    return InternalError(final.error or "the generation failed")
+def _logit_bias(bias: dict[str, float] | None, vocab: int) -> tuple[tuple[int, float], ...]:
+    out = []
+    for key, value in (bias or {}).items():
+        token = int(key) if key.isascii() and key.isdigit() and len(key) < 12 else -1
+        if not 0 <= token < vocab:
+            param = f"logit_bias.{excerpt(key)}"
+            raise InvalidRequest(f"{param}: not a token id of this model (0..{vocab - 1})", param=param)
+        out.append((token, value))
+    return tuple(out)

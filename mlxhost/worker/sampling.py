@@ -20,9 +20,9 @@ from mlx_lm.sample_utils import (
     make_sampler,
 )
 
-from mlxhost.worker.generation import SamplingParams
+from mlxhost.worker.generation import GenerationRequest, SamplingParams
 
-__all__ = ["SamplerCache", "logits_processors_for"]
+__all__ = ["SamplerCache", "logits_processors_for", "processors_for"]
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
@@ -78,3 +78,25 @@ def logits_processors_for(params: SamplingParams) -> list[LogitsProcessor]:
         presence_penalty=params.presence_penalty,
         frequency_penalty=params.frequency_penalty,
     )
+
+
+def processors_for(request: GenerationRequest, vocab_size: int) -> list[LogitsProcessor]:
+    """Every logits processor of a request's sequence, the grammar's mask last, so that nothing
+    after it can make a token it forbids possible again."""
+    processors = logits_processors_for(request.sampling)
+    if request.logit_bias:
+        processors.append(_biased(request.logit_bias, vocab_size))
+    if request.grammar is not None:
+        processors.append(request.grammar.processor())
+    return processors
+
+
+def _biased(bias: tuple[tuple[int, float], ...], vocab_size: int) -> LogitsProcessor:
+    ids = mx.array([token for token, _ in bias])
+    values = mx.array([value for _, value in bias])
+    dense = mx.zeros((vocab_size,)).at[ids].add(values)
+
+    def add_bias(tokens: mx.array, logits: mx.array) -> mx.array:
+        return logits + dense.astype(logits.dtype)
+
+    return add_bias

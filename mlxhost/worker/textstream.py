@@ -27,6 +27,7 @@ class TextStream:
         self._longest_stop = max((len(s) for s in self._stop), default=0)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended it
 
     def add(self, token: int) -> str:
         """Feed one generated token; return the text that is now safe to send."""
@@ -47,9 +48,10 @@ class TextStream:
             return segment
         text = self._held + segment
         # Text before the held tail was already searched, so `text` is short.
-        cut = min((i for s in self._stop if (i := text.find(s)) >= 0), default=-1)
+        cut, matched = min(((i, s) for s in self._stop if (i := text.find(s)) >= 0), default=(-1, None))
         if cut >= 0:
             self.stopped = True
+            self.matched = matched
             self._held = ""
             return text[:cut]
         if final:

@@ -15,15 +15,26 @@ import contextlib
 import copy
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 
-__all__ = ["Tokenizer", "context_length", "longest_token"]
+from mlxhost.worker.output import Markers
+
+__all__ = ["ChatPrompt", "Tokenizer", "context_length", "longest_token"]
 
 logger = logging.getLogger("mlxhost.engine")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    ids: list[int]
+    thinking: bool  # the prompt leaves the model inside a think block (its template opened one)
 
 
 class Tokenizer:
@@ -38,6 +49,20 @@ class Tokenizer:
         # The most characters one token stands for: a prompt of n characters is at least
         # n / max_token_chars tokens, which rejects an oversized prompt before encoding it.
         self.max_token_chars = longest_token(tokenizer)
+        # What the model writes around its reasoning and its tool calls, and how a call's body
+        # reads (mlx-lm picks both from the chat template and vocabulary at load).
+        self.has_thinking = bool(getattr(tokenizer, "has_thinking", False))
+        self.has_tool_calling = bool(getattr(tokenizer, "has_tool_calling", False))
+        self.tool_parser: Callable[[str, Any], Any] | None = getattr(tokenizer, "tool_parser", None)
+        self.markers = Markers(
+            getattr(tokenizer, "think_start", None) if self.has_thinking else None,
+            getattr(tokenizer, "think_end", None) if self.has_thinking else None,
+            getattr(tokenizer, "tool_call_start", None) if self.has_tool_calling else None,
+            getattr(tokenizer, "tool_call_end", None) if self.has_tool_calling else None,
+        )
+        # Calls written as a JSON object {"name", "arguments"} between tags (Hermes, Qwen): the
+        # form a grammar can force when a request requires a call.
+        self.json_tool_calls = getattr(self.tool_parser, "__module__", "").endswith(".json_tools")
         # One encode at a time, off the event loop (see _run). Made in the generation thread,
         # which loads the model: anyio binds the limiter to the event loop at its first use.
         self._limiter = anyio.CapacityLimiter(1)
@@ -50,6 +75,37 @@ class Tokenizer:
 
         return await self._run(encode)
 
+    async def render_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        template_args: Mapping[str, Any] | None = None,
+    ) -> ChatPrompt:
+        """The generation prompt of a conversation, with tools and template switches (thinking).
+
+        Raises the template's own error (jinja2's TemplateError) when it refuses the conversation.
+        """
+        encoder = self._encoder
+
+        def render() -> ChatPrompt:
+            with self.lock:
+                ids = list(
+                    encoder.apply_chat_template(
+                        [dict(m) for m in messages],
+                        tools=[dict(t) for t in tools] if tools else None,
+                        add_generation_prompt=True,
+                        **(template_args or {}),
+                    )
+                )
+            thinking = False
+            if getattr(encoder, "has_thinking", False):
+                # Searching the ids from the end finds the last marker in a few steps.
+                start, end = encoder.rfind_think_start(ids), encoder.rfind_think_end(ids)
+                thinking = start > end
+            return ChatPrompt(ids, thinking)
+
+        return await self._run(render)
+
     async def encode(self, text: str) -> list[int]:
         def encode() -> list[int]:
             with self.lock:
@@ -57,7 +113,7 @@ class Tokenizer:
 
         return await self._run(encode)
 
-    async def _run(self, encode: Callable[[], list[int]]) -> list[int]:
+    async def _run(self, encode: Callable[[], T]) -> T:
         # Always in the tokenizer thread, however short the prompt: how long a template takes
         # to render depends on more than its characters (100,000 empty messages took seconds),
         # and the hop costs well under a millisecond. One at a time: the tokenizer is not safe

@@ -59,7 +59,6 @@ class Stream(threading.Thread):
         self.server, self.max_tokens = server, max_tokens
         self.session: str | None = None
         self.data: list[str] = []
-        self.started = time.monotonic()
 
     def run(self) -> None:
         body = {**CHAT, "max_tokens": self.max_tokens}
@@ -93,8 +92,9 @@ async def test_a_stream_shows_up_as_a_session_then_its_outcome(host: RunningHost
         await until(pilot, lambda: app.main.status.connection == "connected", "connected")
         stream = Stream(host, max_tokens=1500)
         stream.start()
-        await until(pilot, lambda: stream.session in sessions.rows, "the session is listed", timeout=1.0)
-        assert time.monotonic() - stream.started < 1.0
+        # Listed while it runs, not once it is over (how soon is the bench's to measure).
+        await until(pilot, lambda: stream.session in sessions.rows, "the session is listed")
+        assert stream.is_alive()
         await until(pilot, lambda: cell(sessions, stream.session, "state") == "running", "it runs")  # type: ignore[arg-type]
         stream.join(30)
         sid = stream.session

@@ -1,0 +1,327 @@
+"""Grammars on the tiny model: whatever its random weights would write, the output must parse.
+
+Free output of the demo model is garbage, so a constrained output that parses and validates is
+the grammar's doing. Generation runs through mlx-lm's real BatchGenerator, constrained rows side
+by side with free ones, at temperature 1.0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema_rs
+import mlx.core as mx
+import mlx_lm
+import numpy as np
+import pytest
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.sample_utils import make_sampler
+from mlx_lm.tool_parsers.json_tools import parse_tool_call
+
+from mlxhost.worker.grammar import Grammar, GrammarError, Grammars, GrammarSpec, ToolSpec
+
+Processor = Callable[[mx.array, mx.array], mx.array]
+
+PET: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "kind": {"enum": ["cat", "dog", "bird"]},
+        "age": {"type": "integer", "minimum": 0, "maximum": 30},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+        "owner": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 10}, "vip": {"type": "boolean"}},
+            "required": ["city", "vip"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "kind", "age", "tags", "owner"],
+    "additionalProperties": False,
+}
+WEATHER: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "location": {"type": "string", "maxLength": 16},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["location", "unit", "days"],
+    "additionalProperties": False,
+}
+# Local references: the grammar moves these parameters into a larger schema, and must move the
+# references with them.
+LOOKUP: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"$ref": "#/$defs/short"}, "limit": {"$ref": "#/$defs/limits/count"}},
+    "required": ["query", "limit"],
+    "additionalProperties": False,
+    "$defs": {
+        "short": {"type": "string", "maxLength": 10},
+        "limits": {"count": {"type": "integer", "minimum": 1, "maximum": 5}},
+    },
+}
+TOOLS = (ToolSpec("get_weather", WEATHER), ToolSpec("lookup", LOOKUP))
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model: Path) -> tuple[Any, Any]:
+    model, tokenizer = mlx_lm.load(str(tiny_model))[:2]
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def grammars(loaded: tuple[Any, Any]) -> Grammars:
+    model, tokenizer = loaded
+    return Grammars(tokenizer, model.args.vocab_size)
+
+
+def compile_(grammars: Grammars, spec: GrammarSpec) -> Grammar:
+    return anyio.run(grammars.compile, spec)
+
+
+def generate(
+    loaded: tuple[Any, Any], rows: Sequence[list[Processor]], max_tokens: int
+) -> list[tuple[list[int], str]]:
+    """Each row's tokens (EOS dropped) and finish reason, all rows in one batch at temperature 1."""
+    model, tokenizer = loaded
+    mx.random.seed(0)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Answer in JSON."}], add_generation_prompt=True
+    )
+    eos = sorted(tokenizer.eos_token_ids)
+    generator = BatchGenerator(model, stop_tokens=[[t] for t in eos], completion_batch_size=64)
+    try:
+        uids = generator.insert(
+            [list(prompt)] * len(rows),
+            max_tokens=[max_tokens] * len(rows),
+            samplers=[make_sampler(temp=1.0)] * len(rows),
+            logits_processors=[list(r) for r in rows],
+        )
+        tokens: dict[int, list[int]] = {u: [] for u in uids}
+        finished: dict[int, str] = {}
+        while len(finished) < len(uids):
+            for response in generator.next()[1]:
+                tokens[response.uid].append(response.token)
+                if response.finish_reason is not None:
+                    finished[response.uid] = response.finish_reason
+    finally:
+        generator.close()
+    return [([t for t in tokens[u] if t not in eos], finished[u]) for u in uids]
+
+
+def text_of(loaded: tuple[Any, Any], ids: list[int]) -> str:
+    # The exact text, special tokens included, as the grammar saw it.
+    return str(
+        loaded[1]._tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    )
+
+
+def test_json_schema_outputs_parse_and_validate_beside_free_rows(
+    loaded: tuple[Any, Any], grammars: Grammars
+) -> None:
+    grammar = compile_(grammars, GrammarSpec("json_schema", "response_format.json_schema.schema", PET))
+    rows = [[grammar.processor()] if i % 5 else [] for i in range(30)]
+    results = generate(loaded, rows, max_tokens=400)
+
+    validator = jsonschema_rs.validator_for(PET)
+    constrained = [(r, res) for r, res in zip(rows, results, strict=True) if r]
+    assert len(constrained) == 24
+    for _, (ids, finish) in constrained:
+        text = text_of(loaded, ids)
+        assert finish == "stop", text  # the grammar ended it: EOS, not the length limit
+        output = json.loads(text)
+        assert validator.is_valid(output), text
+        assert list(output) == list(PET["properties"])  # in schema order
+    free = [res for r, res in zip(rows, results, strict=True) if not r]
+    assert all(ids or finish == "stop" for ids, finish in free)
+    assert sum(len(ids) for ids, _ in free) > 0
+
+
+def calls_in(text: str, start: str = "<tool_call>", end: str = "</tool_call>") -> list[str]:
+    """The bodies between the tags; nothing but whitespace may lie outside them."""
+    pattern = re.escape(start) + "(.*?)" + re.escape(end)
+    assert re.sub(pattern, "", text, flags=re.DOTALL).strip() == "", text
+    return re.findall(pattern, text, flags=re.DOTALL)
+
+
+def test_tool_calls_parse_and_validate_against_the_named_tool(
+    loaded: tuple[Any, Any], grammars: Grammars
+) -> None:
+    single = compile_(grammars, GrammarSpec("tool_calls", "tools", tools=TOOLS, parallel=False))
+    many = compile_(grammars, GrammarSpec("tool_calls", "tools", tools=TOOLS, parallel=True))
+    # Tags that are not single tokens are written out as text.
+    literal = compile_(
+        grammars,
+        GrammarSpec(
+            "tool_calls", "tools", tools=TOOLS[:1], parallel=False, call_start="[CALL]", call_end="[/CALL]"
+        ),
+    )
+    rows = [[g.processor()] for g in [single] * 6 + [many] * 4 + [literal] * 3] + [[]] * 3
+    results = generate(loaded, rows, max_tokens=400)
+
+    validators = {t.name: jsonschema_rs.validator_for(dict(t.parameters or {})) for t in TOOLS}
+    counts = []
+    for i, (ids, finish) in enumerate(results[:13]):
+        text = text_of(loaded, ids)
+        if 6 <= i < 10 and finish == "length":
+            # One or more calls: the grammar lets a model go on calling, so random weights may
+            # run to the limit; the calls it finished must still be sound.
+            text = text[: text.rindex("</tool_call>") + len("</tool_call>")]
+        else:
+            assert finish == "stop", text
+        bodies = calls_in(text, "[CALL]", "[/CALL]") if i >= 10 else calls_in(text)
+        counts.append(len(bodies))
+        for body in bodies:
+            call = parse_tool_call(body)
+            assert list(call) == ["name", "arguments"], body
+            assert validators[call["name"]].is_valid(call["arguments"]), body
+            if i >= 10:
+                assert call["name"] == "get_weather"
+    assert counts[:6] == [1] * 6  # parallel=False: exactly one call
+    assert min(counts[6:]) >= 1
+    assert all(ids for ids, _ in results[13:])  # the free rows generated too
+
+
+def replay(grammar: Grammar, ids: list[int], vocab_size: int) -> Iterator[np.ndarray[Any, Any]]:
+    """Drive a processor as BatchGenerator does: the prompt first, then one token more each step;
+    yields the allowed-token mask before each token and after the last."""
+    processor = grammar.processor()
+    prompt = [1, 4, 5]
+    logits = mx.zeros((1, vocab_size))
+    for n in range(len(ids) + 1):
+        masked = processor(mx.array(prompt + ids[:n]), logits)
+        assert masked.shape == (1, vocab_size)
+        yield np.isfinite(np.array(masked[0]))
+
+
+def accepts(loaded: tuple[Any, Any], grammar: Grammar, text: str) -> bool:
+    """Whether every token of `text` is allowed in turn, and EOS after it."""
+    model, tokenizer = loaded
+    ids = tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    masks = list(replay(grammar, ids, model.args.vocab_size))
+    if not all(mask[token] for mask, token in zip(masks, ids, strict=False)):
+        return False
+    return all(masks[-1][t] for t in tokenizer.eos_token_ids)
+
+
+def test_what_the_grammars_accept_and_refuse(loaded: tuple[Any, Any], grammars: Grammars) -> None:
+    json_object = compile_(grammars, GrammarSpec("json_object", "response_format"))
+    assert accepts(loaded, json_object, '{"a": [1, {"b": null}], "c": "x"}')
+    assert not accepts(loaded, json_object, "[1, 2]")
+    # One layout, json.dumps's: whitespace a model could loop on is not allowed anywhere.
+    assert not accepts(loaded, json_object, '{\n  "a": 1\n}')
+    assert not accepts(loaded, json_object, '{"a":1}')
+    assert not accepts(loaded, json_object, '{"a":  1}')
+
+    calls = compile_(grammars, GrammarSpec("tool_calls", "tools", tools=TOOLS))
+    weather = '{"name": "get_weather", "arguments": {"location": "Oslo", "unit": "celsius", "days": 2}}'
+    lookup = '{"name": "lookup", "arguments": {"query": "tea", "limit": 3}}'
+    lookup_reversed = '{"arguments": {"query": "tea", "limit": 3}, "name": "lookup"}'
+    assert accepts(loaded, calls, f"<tool_call>\n{weather}\n</tool_call>")
+    assert accepts(
+        loaded, calls, f"<tool_call>\n{weather}\n</tool_call>\n<tool_call>\n{lookup}\n</tool_call>"
+    )
+    assert not accepts(loaded, calls, f"<tool_call>\n{weather}\n</tool_call>\n")  # then EOS or a call
+    assert not accepts(loaded, calls, f"<tool_call>\n{lookup_reversed}\n</tool_call>")  # "name" comes first
+    assert not accepts(loaded, calls, f"<tool_call>{lookup}</tool_call>")  # as templates lay it out
+    assert not accepts(loaded, calls, '<tool_call>{"name": "lookup", "arguments": {"query": 1}}</tool_call>')
+    assert not accepts(loaded, calls, '<tool_call>{"name": "other", "arguments": {}}</tool_call>')
+    assert not accepts(loaded, calls, weather)
+
+    # A client's "x-guidance" cannot loosen the grammar: "lenient" would skip keywords it cannot
+    # enforce instead of refusing the schema.
+    lenient = {"type": "string", "not": {"const": "x"}, "x-guidance": {"lenient": True}}
+    with pytest.raises(GrammarError):
+        compile_(grammars, GrammarSpec("json_schema", "response_format.json_schema.schema", lenient))
+
+
+def test_the_processor_ends_a_sequence_it_cannot_follow_with_eos(
+    loaded: tuple[Any, Any], grammars: Grammars
+) -> None:
+    model, tokenizer = loaded
+    grammar = compile_(grammars, GrammarSpec("json_object", "response_format"))
+    eos = sorted(tokenizer.eos_token_ids)
+    bad = tokenizer._tokenizer.encode("hello", add_special_tokens=False)[:1]
+    *_, after = replay(grammar, bad, model.args.vocab_size)  # a token the mask forbade
+    assert list(np.flatnonzero(after)) == eos
+
+    # After the grammar ends, only EOS; and the step BatchGenerator runs after EOS is no error.
+    done = tokenizer._tokenizer.encode("{}", add_special_tokens=False)
+    masks = list(replay(grammar, [*done, eos[0]], model.args.vocab_size))
+    assert list(np.flatnonzero(masks[-2])) == eos
+    assert list(np.flatnonzero(masks[-1])) == eos
+
+
+def test_logits_wider_than_the_vocabulary_are_masked_to_it(loaded: tuple[Any, Any]) -> None:
+    model, tokenizer = loaded
+    width = model.args.vocab_size + 64  # padded embeddings, as many real models have
+    grammar = compile_(Grammars(tokenizer, width), GrammarSpec("json_object", "response_format"))
+    (first,) = replay(grammar, [], width)
+    assert first.shape == (width,) and first.any()
+    assert not first[model.args.vocab_size :].any()
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "objekt"}, "objekt"),
+        ({"$ref": "#/$defs/nowhere"}, "nowhere"),
+        ({"type": "string", "pattern": "(?=x)"}, "look-around"),
+        ({"type": "string", "format": "bogus"}, "bogus"),
+        ({"type": "array", "minItems": 3, "maxItems": 1}, "minItems"),
+        ({"type": "number", "minimum": float("nan")}, "JSON"),
+        ({"type": "object", "properties": {f"p{i}": {} for i in range(1001)}}, "optional properties"),
+        ({"type": "string", "enum": ["x" * 100] * 6000}, "too large"),
+        (json.loads('{"items":' * 70 + "{}" + "}" * 70), "nested too deeply"),
+        (["not", "an", "object"], "JSON object"),
+    ],
+)
+def test_bad_schemas_are_grammar_errors_naming_the_field(
+    grammars: Grammars, schema: Any, message: str
+) -> None:
+    param = "response_format.json_schema.schema"
+    with pytest.raises(GrammarError) as caught:
+        compile_(grammars, GrammarSpec("json_schema", param, schema))
+    assert caught.value.param == param
+    assert message in caught.value.message
+
+
+def test_bad_tools_are_grammar_errors_naming_the_tool(grammars: Grammars) -> None:
+    tools = (ToolSpec("fine", WEATHER), ToolSpec("broken", {"type": "objekt"}))
+    with pytest.raises(GrammarError) as caught:
+        compile_(grammars, GrammarSpec("tool_calls", "tools", tools=tools))
+    assert caught.value.param == "tools"
+    assert "broken" in caught.value.message and "objekt" in caught.value.message
+    with pytest.raises(GrammarError):
+        compile_(grammars, GrammarSpec("tool_calls", "tool_choice", tools=()))
+
+
+def test_the_cache_returns_the_same_grammar_and_remembers_refusals(loaded: tuple[Any, Any]) -> None:
+    model, tokenizer = loaded
+    grammars = Grammars(tokenizer, model.args.vocab_size, cache_size=2)
+    spec = GrammarSpec("tool_calls", "tools", tools=(ToolSpec("get_weather", WEATHER),))
+    first = compile_(grammars, spec)
+    assert grammars.compile_seconds > 0.0
+    assert compile_(grammars, spec) is first
+    assert grammars.compile_seconds == 0.0
+    # The same spec from another field: the same grammar (the field only names errors).
+    assert compile_(grammars, GrammarSpec("tool_calls", "tool_choice", tools=spec.tools)) is first
+
+    bad = GrammarSpec("json_schema", "a", {"type": "objekt"})
+    with pytest.raises(GrammarError):
+        compile_(grammars, bad)
+    with pytest.raises(GrammarError) as caught:
+        compile_(grammars, GrammarSpec("json_schema", "b", {"type": "objekt"}))
+    assert grammars.compile_seconds == 0.0 and caught.value.param == "b"
+
+    compile_(grammars, GrammarSpec("json_object", "response_format"))  # evicts the oldest: `spec`
+    assert compile_(grammars, spec) is not first
+    # Property order is part of the grammar, so it is part of the key.
+    reordered = {**WEATHER, "properties": dict(reversed(list(WEATHER["properties"].items())))}
+    assert GrammarSpec("json_schema", "p", reordered).key() != GrammarSpec("json_schema", "p", WEATHER).key()
