@@ -1,6 +1,9 @@
 """The parent's Starlette app: sessions for the generation routes, health, and operator actions.
 
-It imports no MLX: model work happens in the workers only.
+Every dialect's generation route (OpenAI chat and completions, OpenAI Responses, Anthropic
+Messages) is the same `generate`: admission, a session, the relay. Counting a Messages prompt's
+tokens needs the model's worker (its tokenizer) but generates nothing, so it is relayed outside
+admission and sessions. It imports no MLX: model work happens in the workers only.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.admin import admin_routes, host_state
 from mlxhost.host.metrics import CONTENT_TYPE, HostMetrics
 from mlxhost.host.pool import ModelPool, UnknownModel
-from mlxhost.host.relay import SessionResponse, refusal
+from mlxhost.host.relay import SessionResponse, forward, refusal
 from mlxhost.host.sessions import SessionRegistry
 from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.worker_status import WorkerState
@@ -44,6 +47,9 @@ def create_host_app(
         routes=[
             Route("/v1/chat/completions", generate, methods=["POST"]),
             Route("/v1/completions", generate, methods=["POST"]),
+            Route("/v1/responses", generate, methods=["POST"]),
+            Route("/v1/messages", generate, methods=["POST"]),
+            Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
@@ -74,10 +80,7 @@ async def generate(request: Request) -> Any:
         _turn_away(state, state.pool.default, body_read=False)
     body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
     routing = _peek(body)
-    try:
-        spec = state.pool.resolve(routing.model)
-    except UnknownModel as exc:
-        raise NotFound(str(exc), param="model", code="model_not_found") from None
+    spec = _resolve(state, routing.model)
     admission = state.admission(spec)
     if admission.full():
         _turn_away(state, spec, body_read=True)
@@ -93,6 +96,22 @@ async def generate(request: Request) -> Any:
         request_timeout=state.settings.request_timeout,
         idle_timeout=state.settings.idle_timeout,
     )
+
+
+async def count_tokens(request: Request) -> Response:
+    state = parent_state(request)
+    if not state.accepting:
+        raise ServiceUnavailable("the server is shutting down", code="shutting_down")
+    body = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout)
+    spec = _resolve(state, _peek(body).model)
+    return await forward(state.pool, spec, request.url.path, dict(request.headers), body)
+
+
+def _resolve(state: ParentState, model: Any) -> ModelSpec:
+    try:
+        return state.pool.resolve(model)
+    except UnknownModel as exc:
+        raise NotFound(str(exc), param="model", code="model_not_found") from None
 
 
 def _turn_away(state: ParentState, spec: ModelSpec, body_read: bool) -> NoReturn:

@@ -10,17 +10,22 @@ A session whose request reached a worker closes only once that worker has droppe
 (the worker's last progress report for it says `done`), so `session.closed` means its memory is
 free. That report is normally there before the answer's last byte; after a cancellation it comes
 within a step or so. The wait is bounded, and skipped when the worker died or never generated.
+
+A session speaks its request's dialect (wire.dialect, from the path): the errors the parent
+writes itself, whole or as a stream's last frame, are worded as that dialect's clients read them.
+
+`forward` is the light path for a request that needs the model's worker but generates nothing
+(counting a prompt's tokens): no admission slot, no session, one whole answer relayed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable
 
 import anyio
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from mlxhost.config import ModelSpec
@@ -31,7 +36,9 @@ from mlxhost.host.sessions import CancelReason, Outcome, Session, SessionRegistr
 from mlxhost.host.supervisor import Supervisor
 from mlxhost.host.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from mlxhost.host.worker_status import WorkerUnavailable
+from mlxhost.runtime.responses import error_response
 from mlxhost.wire.admin import AdmissionRejected
+from mlxhost.wire.dialect import Dialect, sse_error
 from mlxhost.wire.errors import (
     AdmissionRefused,
     APIError,
@@ -43,7 +50,7 @@ from mlxhost.wire.errors import (
 from mlxhost.wire.headers import SESSION_HEADER
 from mlxhost.wire.reading import ErrorReport, StreamReader, read_whole
 
-__all__ = ["SessionResponse", "refusal"]
+__all__ = ["SessionResponse", "forward", "refusal"]
 
 logger = logging.getLogger("mlxhost.relay")
 
@@ -90,6 +97,7 @@ class SessionResponse:
         self.body = body
         self.stream = stream
         self.path = path
+        self.dialect = Dialect.of_path(path)
         self.headers = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
         self.request_timeout = request_timeout
         self.idle_timeout = idle_timeout
@@ -98,7 +106,7 @@ class SessionResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         session = self.sessions.open(self.spec.id, self.stream)
-        client = _Client(send, session, self.idle_timeout)
+        client = _Client(send, session, self.idle_timeout, self.dialect)
         outcome: Outcome | None = None
         try:
             with session.scope:
@@ -126,18 +134,8 @@ class SessionResponse:
             async with self.admission.slot(session):
                 session.advance(SessionState.PREPARING)
                 try:
-                    with anyio.fail_after(self.pool.settings.load_timeout):
-                        supervisor = await self.pool.acquire(self.spec)
-                except WorkerUnavailable as exc:
-                    headers = {"retry-after": f"{exc.retry_after:.0f}"} if exc.retry_after else None
-                    return await client.error(ServiceUnavailable(exc.message, code=exc.code, headers=headers))
-                except TimeoutError:
-                    error = ServiceUnavailable(
-                        f"the model '{self.spec.id}' did not load within "
-                        f"{self.pool.settings.load_timeout:g}s",
-                        code="model_load_timeout",
-                        headers={"retry-after": "5"},
-                    )
+                    supervisor = await _acquire(self.pool, self.spec)
+                except ServiceUnavailable as error:
                     return await client.error(error)
                 # No await between acquire and lease: the pool never retires a worker with
                 # requests in flight, so this one stays routable.
@@ -149,22 +147,14 @@ class SessionResponse:
     async def _relay(self, session: Session, client: _Client, supervisor: Supervisor, pid: int) -> Outcome:
         http = supervisor.client
         if http is None:
-            error = ServiceUnavailable(
-                f"the model '{self.spec.id}' is restarting", code="model_restarting", headers={"retry-after": "1"}
-            )
-            return await client.error(error)
+            return await client.error(_restarting(self.spec))
         headers = {**self.headers, SESSION_HEADER: session.id}
         self._holder = (supervisor, pid)
         try:
             upstream = await http.post(self.path, headers, self.body)
         except UpstreamConnectError:
             self._holder = None  # it never got the request
-            error = ServiceUnavailable(
-                f"the model '{self.spec.id}' worker is not accepting connections; try again",
-                code="model_restarting",
-                headers={"retry-after": "1"},
-            )
-            return await client.error(error)
+            return await client.error(_not_accepting(self.spec))
         except UpstreamBroken:
             self._holder = None
             return await client.error(await _worker_failed(supervisor, pid))
@@ -208,7 +198,7 @@ class SessionResponse:
         except UpstreamBroken:
             self._holder = None
             error = await _worker_failed(supervisor, pid)
-            await client.body(_sse_error(error), more=False)
+            await client.body(_sse_error(error, self.dialect), more=False)
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
         session.advance(SessionState.SETTLING)
         await client.body(b"", more=False)
@@ -218,10 +208,11 @@ class SessionResponse:
 class _Client:
     """The client side of a session: what was sent, and sends guarded by the idle timeout."""
 
-    def __init__(self, send: Send, session: Session, idle_timeout: float) -> None:
+    def __init__(self, send: Send, session: Session, idle_timeout: float, dialect: Dialect) -> None:
         self._send = send
         self._session = session
         self._idle_timeout = idle_timeout
+        self._dialect = dialect
         self.started = False
         self.ended = False
         self.event_stream = False
@@ -248,7 +239,7 @@ class _Client:
 
     async def error(self, error: APIError) -> Outcome:
         """Answer with `error` (nothing was sent yet) and return the outcome it means."""
-        response = JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
+        response = error_response(error, self._dialect)
         await self.start(response.status_code, response.headers.items(), len(response.body))
         await self.body(bytes(response.body), more=False)
         if isinstance(error, WorkerFailed):
@@ -263,7 +254,7 @@ class _Client:
             if not self.started:
                 await self.error(error)
             elif self.event_stream:
-                await self.body(_sse_error(error), more=False)
+                await self.body(_sse_error(error, self._dialect), more=False)
 
     async def _guarded(self, message: Message) -> None:
         # A client that stops reading makes send() wait; past the idle timeout it is let go.
@@ -283,6 +274,64 @@ def refusal(model: str, admission: Admission, events: EventHub, session: str | N
     return AdmissionRefused(
         f"the model '{model}' is at capacity ({stats.active} running, {stats.queued} waiting); "
         "try again shortly",
+        headers={"retry-after": "1"},
+    )
+
+
+async def forward(
+    pool: ModelPool, spec: ModelSpec, path: str, headers: dict[str, str], body: bytes
+) -> Response:
+    """Relay a request that generates nothing to `spec`'s worker, and its whole answer back.
+
+    It waits for no admission slot: it takes none of the model's batch, and answers in about
+    the time a prompt takes to tokenize. Its failures are raised as the session's are answered.
+    """
+    supervisor = await _acquire(pool, spec)
+    with supervisor.lease() as pid:  # no await since acquire: see SessionResponse._run
+        http = supervisor.client
+        if http is None:
+            raise _restarting(spec)
+        sent = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+        try:
+            upstream = await http.post(path, sent, body)
+            try:
+                content = await upstream.aread()
+            finally:
+                await upstream.aclose()
+        except UpstreamConnectError:
+            raise _not_accepting(spec) from None
+        except UpstreamBroken:
+            raise await _worker_failed(supervisor, pid) from None
+    kept = {k: v for k, v in upstream.headers if k.lower() not in HOP_BY_HOP}
+    return Response(content, status_code=upstream.status_code, headers=kept)
+
+
+async def _acquire(pool: ModelPool, spec: ModelSpec) -> Supervisor:
+    """A ready worker for `spec`, loading it if need be; ServiceUnavailable when there is none."""
+    try:
+        with anyio.fail_after(pool.settings.load_timeout):
+            return await pool.acquire(spec)
+    except WorkerUnavailable as exc:
+        headers = {"retry-after": f"{exc.retry_after:.0f}"} if exc.retry_after else None
+        raise ServiceUnavailable(exc.message, code=exc.code, headers=headers) from None
+    except TimeoutError:
+        raise ServiceUnavailable(
+            f"the model '{spec.id}' did not load within {pool.settings.load_timeout:g}s",
+            code="model_load_timeout",
+            headers={"retry-after": "5"},
+        ) from None
+
+
+def _restarting(spec: ModelSpec) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"the model '{spec.id}' is restarting", code="model_restarting", headers={"retry-after": "1"}
+    )
+
+
+def _not_accepting(spec: ModelSpec) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"the model '{spec.id}' worker is not accepting connections; try again",
+        code="model_restarting",
         headers={"retry-after": "1"},
     )
 
@@ -331,8 +380,9 @@ def _cancelled_error(reason: CancelReason, request_timeout: float) -> APIError |
     return Cancelled("an operator cancelled this request", code="cancelled")
 
 
-def _sse_error(error: APIError) -> bytes:
-    return b"\n\ndata: " + json.dumps(error.body()).encode() + b"\n\ndata: [DONE]\n\n"
+def _sse_error(error: APIError, dialect: Dialect) -> bytes:
+    # The blank line first ends whatever frame the stream was in the middle of.
+    return b"\n\n" + sse_error(error, dialect)
 
 
 def _outcome_of_whole(status: int, content: bytes, session: Session) -> Outcome:

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxhost.config import ConfigError, Settings
 from mlxhost.runtime.responses import error_response
+from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import (
     APIError,
     Forbidden,
@@ -89,7 +90,7 @@ class FrontDoor:
         try:
             scope = self._admit(scope)
         except APIError as error:
-            response = error_response(error)
+            response = error_response(error, Dialect.of_path(scope["path"]))
             headers = dict(scope["headers"])
             if _declares_body(headers):
                 # The body is never read, so the connection cannot carry another request; closing

@@ -1,4 +1,5 @@
-"""Errors the API answers with, each shaped like OpenAI's: {"error": {message, type, param, code}}.
+"""Errors the API answers with. `body()` is OpenAI's shape, {"error": {message, type, param, code}};
+dialect.py words the same error for each API dialect (Anthropic's type comes from the status).
 
     APIError
      ├── InvalidRequest        400 invalid_request_error
