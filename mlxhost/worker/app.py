@@ -16,10 +16,13 @@ from starlette.routing import Route
 from mlxhost.config import Settings
 from mlxhost.runtime.guard import api_keys, front_door
 from mlxhost.runtime.responses import EXCEPTION_HANDLERS, error_response
+from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import NotFound
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
 from mlxhost.worker.engine import Engine, EngineStopped
+from mlxhost.worker.messages import count_tokens, messages
+from mlxhost.worker.responses import responses
 from mlxhost.worker.routes import Serving, chat_completions, completions, serving, shutting_down
 
 __all__ = ["create_app"]
@@ -34,6 +37,9 @@ def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
+            Route("/v1/messages", messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
         ],
@@ -102,4 +108,4 @@ async def openapi(request: Request) -> Response:
 
 
 async def engine_stopped(request: Request, exc: Exception) -> Response:
-    return error_response(shutting_down())
+    return error_response(shutting_down(), Dialect.of_path(request.url.path))

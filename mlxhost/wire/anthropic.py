@@ -1,0 +1,266 @@
+"""Request bodies of the Anthropic Messages routes (POST /v1/messages, /v1/messages/count_tokens).
+
+Shaped as Anthropic's API reference (and its SDK's `types/`) has them, validated as strictly as
+the OpenAI bodies in openai.py: a field mlxhost does not implement is refused by name.
+
+Content blocks and tools that Anthropic has but mlxhost cannot serve (images, documents, its
+server tools) still parse, as `UnsupportedBlock` and `ServerTool`, so that the worker can refuse
+them by name and position ("messages[0].content[1]: image blocks are not supported") instead of
+pydantic listing every block type the one at fault is not. `cache_control` is accepted wherever
+Anthropic takes it, and ignored: mlxhost's prompt cache needs no breakpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from mlxhost.wire.openai import MAX_MESSAGES, MAX_TOOLS, JSONSchema, StopString, register_schema
+
+__all__ = [
+    "CountTokensRequest",
+    "CustomTool",
+    "MessagesRequest",
+    "RedactedThinkingBlock",
+    "ServerTool",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "UnsupportedBlock",
+]
+
+# Anthropic sets no small limit; each stop string is searched for at every token.
+MAX_STOP_SEQUENCES = 16
+
+ToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+ToolUseId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class CacheControl(_Strict):
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class TextBlock(_Strict):
+    type: Literal["text"]
+    text: str
+    cache_control: CacheControl | None = None
+
+
+class UnsupportedBlock(BaseModel):
+    """A content block of a type mlxhost does not serve (image, document, search_result, ...)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+
+
+class ToolUseBlock(_Strict):
+    type: Literal["tool_use"]
+    id: ToolUseId
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    input: dict[str, Any]
+    cache_control: CacheControl | None = None
+
+
+def _tool_result_part(value: Any) -> str:
+    return "text_block" if _type_of(value) == "text" else "unsupported_block"
+
+
+ToolResultPart = Annotated[
+    Annotated[TextBlock, Tag("text_block")] | Annotated[UnsupportedBlock, Tag("unsupported_block")],
+    Discriminator(_tool_result_part),
+]
+
+
+class ToolResultBlock(_Strict):
+    type: Literal["tool_result"]
+    tool_use_id: ToolUseId
+    content: str | Annotated[list[ToolResultPart], Field(max_length=MAX_MESSAGES)] | None = None
+    is_error: bool | None = None
+    cache_control: CacheControl | None = None
+
+
+class ThinkingBlock(_Strict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(_Strict):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+# Tags are not field names, so that an error's `param` leaves them out (see openai._param).
+_BLOCK_TAGS = {
+    "text": "text_block",
+    "tool_use": "tool_use_block",
+    "tool_result": "tool_result_block",
+    "thinking": "thinking_block",
+    "redacted_thinking": "redacted_thinking_block",
+}
+
+
+def _type_of(value: Any) -> Any:
+    return value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+
+
+def _block(value: Any) -> str:
+    kind = _type_of(value)
+    return _BLOCK_TAGS.get(kind, "unsupported_block") if isinstance(kind, str) else "unsupported_block"
+
+
+ContentBlock = Annotated[
+    Annotated[TextBlock, Tag("text_block")]
+    | Annotated[ToolUseBlock, Tag("tool_use_block")]
+    | Annotated[ToolResultBlock, Tag("tool_result_block")]
+    | Annotated[ThinkingBlock, Tag("thinking_block")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking_block")]
+    | Annotated[UnsupportedBlock, Tag("unsupported_block")],
+    Discriminator(_block),
+]
+
+
+class InputMessage(_Strict):
+    role: Literal["user", "assistant"]
+    content: str | Annotated[list[ContentBlock], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)]
+
+
+class CustomTool(_Strict):
+    type: Literal["custom"] | None = None
+    name: ToolName
+    description: str | None = None
+    input_schema: JSONSchema
+    cache_control: CacheControl | None = None
+
+
+class ServerTool(BaseModel):
+    """One of Anthropic's server tools (web search, code execution, ...), which mlxhost does not run."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+
+
+def _tool(value: Any) -> str:
+    return "custom_tool" if _type_of(value) in (None, "custom") else "server_tool"
+
+
+ToolDefinition = Annotated[
+    Annotated[CustomTool, Tag("custom_tool")] | Annotated[ServerTool, Tag("server_tool")],
+    Discriminator(_tool),
+]
+
+
+class ToolChoiceAuto(_Strict):
+    type: Literal["auto"]
+    disable_parallel_tool_use: bool | None = None
+
+
+class ToolChoiceAny(_Strict):
+    type: Literal["any"]
+    disable_parallel_tool_use: bool | None = None
+
+
+class ToolChoiceTool(_Strict):
+    type: Literal["tool"]
+    name: ToolName
+    disable_parallel_tool_use: bool | None = None
+
+
+class ToolChoiceNone(_Strict):
+    type: Literal["none"]
+
+
+ToolChoice = Annotated[
+    ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone, Field(discriminator="type")
+]
+
+
+class ThinkingEnabled(_Strict):
+    type: Literal["enabled"]
+    # How long the model may think is not something a chat template can bound: accepted, not enforced.
+    budget_tokens: Annotated[int, Field(ge=1)]
+
+
+class ThinkingDisabled(_Strict):
+    type: Literal["disabled"]
+
+
+class ThinkingAdaptive(_Strict):
+    type: Literal["adaptive"]  # the model decides: as its chat template has it
+
+
+Thinking = Annotated[ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive, Field(discriminator="type")]
+
+
+class Metadata(_Strict):
+    user_id: Annotated[str, Field(max_length=256)] | None = None
+
+
+class CountTokensRequest(_Strict):
+    """What a prompt is made of: the body of /v1/messages/count_tokens."""
+
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    messages: Annotated[list[InputMessage], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)]
+    system: str | Annotated[list[TextBlock], Field(max_length=MAX_MESSAGES)] | None = None
+    tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+    cache_control: CacheControl | None = None
+
+    def system_text(self) -> str:
+        if self.system is None or isinstance(self.system, str):
+            return self.system or ""
+        return "\n\n".join(block.text for block in self.system)
+
+
+class MessagesRequest(CountTokensRequest):
+    """The body of /v1/messages: a prompt and how to generate its answer."""
+
+    max_tokens: Annotated[int, Field(ge=1)]
+    stop_sequences: (
+        Annotated[list[StopString], Field(max_length=MAX_STOP_SEQUENCES, fail_fast=True)] | None
+    ) = None
+    temperature: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    stream: bool | None = None
+    metadata: Metadata | None = None  # accepted and ignored: mlxhost keeps no per-user records
+
+
+register_schema(
+    [
+        MessagesRequest,
+        CountTokensRequest,
+        InputMessage,
+        TextBlock,
+        ToolUseBlock,
+        ToolResultBlock,
+        ThinkingBlock,
+        RedactedThinkingBlock,
+        CustomTool,
+        ToolChoiceAuto,
+        ToolChoiceAny,
+        ToolChoiceTool,
+        ThinkingEnabled,
+        CacheControl,
+        Metadata,
+    ],
+    nested={
+        (MessagesRequest, "messages"): InputMessage,
+        (CountTokensRequest, "messages"): InputMessage,
+        (MessagesRequest, "tools"): CustomTool,
+        (CountTokensRequest, "tools"): CustomTool,
+        (MessagesRequest, "system"): TextBlock,
+        (CountTokensRequest, "system"): TextBlock,
+        (MessagesRequest, "metadata"): Metadata,
+    },
+    lists=["stop_sequences", "system"],
+    schemas=["input_schema"],
+)
