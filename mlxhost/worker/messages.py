@@ -44,7 +44,14 @@ from mlxhost.wire.openai import parse_body, too_long
 from mlxhost.worker.answer import Answer, Serving, respond
 from mlxhost.worker.conversation import Conversation, Prepared, Tool, ToolChoice, prepare, tool_call_message
 from mlxhost.worker.output import Output
-from mlxhost.worker.routes import _check_characters, _generation_request, _namespace, read_body, serving
+from mlxhost.worker.routes import (
+    GenerationSettings,
+    _check_characters,
+    _generation_request,
+    _namespace,
+    read_body,
+    serving,
+)
 
 __all__ = ["MessagesWriter", "count_tokens", "messages", "messages_conversation"]
 
@@ -57,10 +64,14 @@ async def messages(request: Request) -> Response:
     service = serving(request)
     body = parse_body(MessagesRequest, await read_body(request, service), service.engine.context_length)
     prepared = await _prepare(service, body)
-    sampling = _Sampling(
-        body.max_tokens, body.temperature, body.top_p, body.top_k, tuple(body.stop_sequences or ())
+    sampling = GenerationSettings(
+        body.max_tokens,
+        "max_tokens",
+        body.temperature,
+        body.top_p,
+        body.top_k,
+        tuple(body.stop_sequences or ()),
     )
-    # _generation_request reads a body by its attribute names; `_Sampling` has all it reads.
     generation = _generation_request(
         sampling,
         prepared.prompt,
@@ -227,33 +238,6 @@ def _tool_choice(choice: ToolChoiceBody | None) -> tuple[ToolChoice, bool]:
     if choice.type == "tool":
         return ToolChoice("named", choice.name), parallel
     return ToolChoice("auto"), parallel
-
-
-@dataclass(frozen=True)
-class _Sampling:
-    """A Messages body as `_generation_request` reads a body: what Anthropic lacks is unset."""
-
-    max_tokens: int
-    temperature: float | None
-    top_p: float | None
-    top_k: int | None
-    stop: tuple[str, ...]
-    min_p: None = None
-    seed: None = None
-    repetition_penalty: None = None
-    presence_penalty: None = None
-    frequency_penalty: None = None
-    logit_bias: None = None
-    cache_salt: None = None
-
-    def requested_max_tokens(self) -> int:
-        return self.max_tokens
-
-    def stop_strings(self) -> tuple[str, ...]:
-        return self.stop
-
-    def logprobs_count(self) -> None:
-        return None
 
 
 @dataclass

@@ -55,7 +55,9 @@ async def chat_completions(request: Request) -> Response:
     context = service.engine.context_length
     chat = parse_body(ChatCompletionRequest, await read_body(request, service), context)
     if chat.n is not None and chat.n > 1:
-        raise InvalidRequest("n: only one choice per request is supported yet", param="n", code="unsupported_value")
+        raise InvalidRequest(
+            "n: only one choice per request is supported yet", param="n", code="unsupported_value"
+        )
     # Each message renders to at least one token.
     if context is not None and len(chat.messages) >= context:
         count = len(chat.messages)
@@ -67,7 +69,9 @@ async def chat_completions(request: Request) -> Response:
     )
     fmt = ChatFormat(service.model_id, len(prepared.prompt), include_usage=chat.wants_usage_chunk())
     writer = ChatWriter(fmt)
-    return await respond(request, service, generation, writer, prepared.parser(service.engine), bool(chat.stream))
+    return await respond(
+        request, service, generation, writer, prepared.parser(service.engine), bool(chat.stream)
+    )
 
 
 def chat_conversation(chat: ChatCompletionRequest) -> Conversation:
@@ -192,7 +196,9 @@ async def completions(request: Request) -> Response:
     context = service.engine.context_length
     completion = parse_body(CompletionRequest, await read_body(request, service), context)
     if completion.n is not None and completion.n > 1:
-        raise InvalidRequest("n: only one choice per request is supported yet", param="n", code="unsupported_value")
+        raise InvalidRequest(
+            "n: only one choice per request is supported yet", param="n", code="unsupported_value"
+        )
     if isinstance(completion.prompt, str):
         _check_characters(service, "prompt", len(completion.prompt))
         prompt = await service.engine.encode(completion.prompt)
@@ -251,6 +257,35 @@ class GenerationBody(Protocol):
     def logprobs_count(self) -> int | None: ...
 
 
+@dataclass(frozen=True)
+class GenerationSettings:
+    """A body's generation settings under the names `_generation_request` reads, for the
+    dialects that name them otherwise (Messages, Responses); what a dialect lacks stays unset."""
+
+    max_tokens: int | None
+    max_tokens_param: str  # the body's own name for it, for errors
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    min_p: None = None
+    seed: None = None
+    repetition_penalty: None = None
+    presence_penalty: None = None
+    frequency_penalty: None = None
+    logit_bias: None = None
+    cache_salt: None = None
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return self.stop
+
+    def logprobs_count(self) -> None:
+        return None
+
+
 def _namespace(request: Request, body: GenerationBody) -> tuple[str, str]:
     # The scope is set by whoever let the request in (the parent, or the in-process front door),
     # never by the client; the salt lets one caller keep its own requests apart too.
@@ -276,7 +311,9 @@ def _generation_request(
     if not prompt:
         raise InvalidRequest(f"{prompt_param}: the prompt is empty", param=prompt_param)
     requested = body.requested_max_tokens()
-    param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
+    param = getattr(body, "max_tokens_param", None) or (
+        "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
+    )
     if requested is not None and requested > settings.max_tokens_limit:
         raise InvalidRequest(
             f"{param}: {excerpt(requested)} is over this server's limit of {settings.max_tokens_limit}",
