@@ -7,22 +7,23 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
+from mlxhost.wire.anthropic import CountTokensRequest, MessagesRequest
 from mlxhost.wire.openai import ChatCompletionRequest, CompletionRequest
+from mlxhost.wire.responses import ResponsesRequest
 
 __all__ = ["openapi_document"]
-
-_ERROR = {"$ref": "#/components/schemas/Error"}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _errors(*codes: int) -> dict[str, Any]:
-    return {str(code): {"description": "error", **_json(_ERROR)} for code in codes}
+def _errors(*codes: int, shape: str = "Error") -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{shape}"}
+    return {str(code): {"description": "error", **_json(schema)} for code in codes}
 
 
-def _generation_route(model: str, summary: str) -> dict[str, Any]:
+def _generation_route(model: str, summary: str, error: str = "Error") -> dict[str, Any]:
     return {
         "post": {
             "summary": summary,
@@ -35,7 +36,7 @@ def _generation_route(model: str, summary: str) -> dict[str, Any]:
                         "text/event-stream": {"schema": {"type": "string"}},
                     },
                 },
-                **_errors(400, 413, 500, 503),
+                **_errors(400, 413, 500, 503, shape=error),
             },
         }
     }
@@ -44,7 +45,13 @@ def _generation_route(model: str, summary: str) -> dict[str, Any]:
 @cache
 def openapi_document() -> dict[str, Any]:
     _, definitions = models_json_schema(
-        [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation")],
+        [
+            (ChatCompletionRequest, "validation"),
+            (CompletionRequest, "validation"),
+            (ResponsesRequest, "validation"),
+            (MessagesRequest, "validation"),
+            (CountTokensRequest, "validation"),
+        ],
         ref_template="#/components/schemas/{model}",
     )
     schemas = definitions["$defs"]
@@ -64,6 +71,19 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    # Anthropic's error shape, on /v1/messages (see wire/dialect.py).
+    schemas["AnthropicError"] = {
+        "type": "object",
+        "required": ["type", "error"],
+        "properties": {
+            "type": {"const": "error"},
+            "error": {
+                "type": "object",
+                "required": ["type", "message"],
+                "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+    }
     plain = {"type": "object"}
     return {
         "openapi": "3.1.0",
@@ -71,8 +91,28 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             "/v1/chat/completions": _generation_route("ChatCompletionRequest", "Chat completion"),
             "/v1/completions": _generation_route("CompletionRequest", "Text completion"),
+            "/v1/responses": _generation_route("ResponsesRequest", "Response (OpenAI Responses API)"),
+            "/v1/messages": _generation_route(
+                "MessagesRequest", "Message (Anthropic Messages API)", "AnthropicError"
+            ),
+            "/v1/messages/count_tokens": {
+                "post": {
+                    "summary": "Count a message's input tokens (Anthropic Messages API)",
+                    "requestBody": {
+                        "required": True,
+                        **_json({"$ref": "#/components/schemas/CountTokensRequest"}),
+                    },
+                    "responses": {
+                        "200": {"description": "the count", **_json(plain)},
+                        **_errors(400, 413, 500, 503, shape="AnthropicError"),
+                    },
+                }
+            },
             "/v1/models": {
-                "get": {"summary": "Served models", "responses": {"200": {"description": "models", **_json(plain)}}}
+                "get": {
+                    "summary": "Served models",
+                    "responses": {"200": {"description": "models", **_json(plain)}},
+                }
             },
             "/health": {
                 "get": {

@@ -27,7 +27,10 @@ CLIENT_TIMEOUT = 30.0  # no request may take longer: a hang fails the test inste
 FUZZ_SEED = 20261130  # fixed, so CI sends the same cases every run (edits to the test included)
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-ROUTES = (CHAT, COMPLETIONS)
+RESPONSES = "/v1/responses"
+ANTHROPIC = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+ROUTES = (CHAT, COMPLETIONS, RESPONSES, ANTHROPIC, COUNT_TOKENS)
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
@@ -102,6 +105,14 @@ def log_tail(server: RunningHost, lines: int = 30) -> str:
     return "".join(server.log[-lines:])
 
 
+def _path(response: Any) -> str:
+    return str(response.request.url).split("?")[0]
+
+
+def _anthropic(response: Any) -> bool:
+    return "/v1/messages" in _path(response)
+
+
 def check_error(
     response: Any,
     status: int | tuple[int, ...] | None = None,
@@ -109,7 +120,8 @@ def check_error(
     param: object = ...,
     code: str | None = None,
 ) -> dict[str, Any]:
-    """The response is an OpenAI-shaped 4xx (with `status`, `param` and `code` where given)."""
+    """The response is a 4xx in its route's shape: OpenAI's (with `status`, `param` and `code`
+    where given), or Anthropic's on /v1/messages."""
     where = f"{response.status_code} {response.content[:500]!r}"
     if status is not None:
         allowed = (status,) if isinstance(status, int) else status
@@ -121,6 +133,9 @@ def check_error(
     error = body["error"]
     assert isinstance(error.get("message"), str) and error["message"], where
     assert isinstance(error.get("type"), str) and error["type"], where
+    if _anthropic(response):
+        assert body.get("type") == "error", where
+        return error  # type: ignore[no-any-return]
     assert "param" in error and (error["param"] is None or isinstance(error["param"], str)), where
     assert "code" in error and (error["code"] is None or isinstance(error["code"], str)), where
     if param is not ...:
@@ -130,25 +145,50 @@ def check_error(
     return error  # type: ignore[no-any-return]
 
 
+FINISHES = ("stop", "length", "tool_calls")
+
+
 def check_success(response: Any) -> None:
-    """A 200 is a whole completion, or an SSE stream of strict-JSON chunks ending in [DONE]."""
+    """A 200 is a whole answer, or an SSE stream of strict-JSON frames that ends as its dialect
+    ends one: [DONE] for chat and completions, `response.completed` (or `.incomplete`) for
+    Responses, `message_stop` for Messages; never an error frame."""
     where = f"{response.status_code} {response.content[-500:]!r}"
     assert response.status_code == 200, where
+    path = _path(response)
     if content_type(response).startswith("text/event-stream"):
         frames = [
             line[len("data: ") :]
             for line in response.content.decode().splitlines()
             if line.startswith("data: ")
         ]
-        assert frames and frames[-1] == "[DONE]", where
+        assert frames, where
+        if path.endswith(RESPONSES):
+            events = [strict_json(frame) for frame in frames]
+            assert all(e["type"] != "error" for e in events), where
+            assert events[-1]["type"] in ("response.completed", "response.incomplete"), where
+            return
+        if path.endswith(ANTHROPIC):
+            events = [strict_json(frame) for frame in frames]
+            assert all(e["type"] != "error" for e in events), where
+            assert events[-1]["type"] == "message_stop", where
+            return
+        assert frames[-1] == "[DONE]", where
         for frame in frames[:-1]:
             chunk = strict_json(frame)
             assert "error" not in chunk, where
             assert chunk["object"] in ("chat.completion.chunk", "text_completion"), where
+        return
+    body = strict_json(response.content)
+    if path.endswith(COUNT_TOKENS):
+        assert isinstance(body["input_tokens"], int) and body["input_tokens"] > 0, where
+    elif path.endswith(RESPONSES):
+        assert body["object"] == "response" and body["status"] in ("completed", "incomplete"), where
+    elif path.endswith(ANTHROPIC):
+        assert body["type"] == "message", where
+        assert body["stop_reason"] in ("end_turn", "max_tokens", "stop_sequence", "tool_use"), where
     else:
-        body = strict_json(response.content)
         assert body["object"] in ("chat.completion", "text_completion"), where
-        assert body["choices"] and body["choices"][0]["finish_reason"] in ("stop", "length"), where
+        assert body["choices"] and body["choices"][0]["finish_reason"] in FINISHES, where
 
 
 def check_answer(response: Any) -> None:
