@@ -20,6 +20,8 @@ The measurements, one module each, in the order a run takes them (`bench.run`):
   throughput     decode, end-to-end and total tok/s at every concurrency, all four paths
   ttft           time to first token, one stream at a time, all four paths
   memory         RSS of every server's processes; target: the isolated parent <= 80 MB
+  constrained    8 streams, 4 under a JSON schema, against 8 free; grammar compile times;
+                 target >= 0.9
   cancel         a client leaving mid-stream to the worker's engine freed; target <= 1 step
   event_latency  admin events' arrival at a subscriber; target p95 <= 250 ms
   lagging        generation with an admin subscriber that never reads; target >= 0.98 x without
@@ -36,5 +38,6 @@ arithmetic), `settings`; `plan` (the options), `report` (the text and the JSON, 
 listed there), `chart` (the PNG), `cli` (main).
 
 The bench talks to mlxhost only over HTTP and its admin API (and `mlxhost.client.admin`); it
-imports `mlxhost.host.events` only to measure the hub alone, and never the worker.
+imports `mlxhost.host.events` only to measure the hub alone, and of the worker only
+`mlxhost.worker.grammar`, to time grammar compiles in this process (`bench.constrained`).
 """

@@ -8,7 +8,10 @@ ttft_ms.{p50,p95}.{raw,mlx_lm_server,in_process,isolated} (with ttft_ms.count an
 ttft_ms.by_concurrency.<path>.cN.{p50,p95}), results.{raw,mlx_lm_server,in_process,isolated},
 mlx_lm_server (command, cached prompt tokens), rss_mb.{parent,worker,in_process,mlx_lm_server},
 chart (the PNG's path, or null), recovery_s and worker_ready_s (medians), recovery.runs (each kill,
-split), cancel_ms.{p50,max}, cancel_steps.{p50,max} and cancel (runs, per-step time, outcomes),
+split), constrained_vs_free (8 streams, 4 under a JSON schema, / 8 free: total tok/s),
+grammar_compile_ms.{setup,cold,other,hit,tool,tokenizer} and constrained (tok/s, tokens and TTFT
+by kind of stream, the compiler's own times, settings, runs), cancel_ms.{p50,max},
+cancel_steps.{p50,max} and cancel (runs, per-step time, outcomes),
 overload (reject_ms.{p50,p99,max,count}, admitted_vs_unloaded, admitted_tok_s, CPU, runs),
 event_latency_ms.{p50,p95,max} (with by_type, publish_to_arrival_ms, worker_exited, samples),
 events.hub_events_per_s and events.lagging_subscriber_ratio (with tok/s, CPU, events per run, what
@@ -27,6 +30,7 @@ import mlx.core as mx
 import mlx_lm
 
 from bench.cancel import CANCEL_STEPS_TARGET, print_cancel
+from bench.constrained import print_constrained
 from bench.event_latency import EVENT_LATENCY_P95_TARGET_MS, print_event_latency
 from bench.figures import print_table
 from bench.hosts import server_options
@@ -42,7 +46,7 @@ from bench.overload import (
 from bench.plan import Plan
 from bench.recovery import RECOVERY_SLACK_S, print_recovery, recovery_ok_vs_model_load
 from bench.settings import LABELS, PATHS, PREFILL_BATCH, REPO_ROOT, SERVED
-from bench.targets import path_ratios, print_targets
+from bench.targets import CONSTRAINED_VS_FREE_MIN, path_ratios, print_targets
 from bench.throughput import Row
 
 
@@ -118,6 +122,7 @@ def print_report(
     print_targets(figures["targets"])
     print_memory(measured["memory"])
     print_recovery(figures["recovery"], figures["startup"])
+    print_constrained(measured["constrained"])
     print_cancel(figures["cancel"])
     print_overload(figures["overload"])
 
@@ -179,7 +184,7 @@ def json_document(
         }
         for path in PATHS
     }
-    memory = measured["memory"]
+    memory, constrained = measured["memory"], measured["constrained"]
     return {
         **info,
         "settings": {
@@ -220,6 +225,9 @@ def json_document(
         "recovery_s": recovery["recovery_s"],
         "worker_ready_s": recovery["worker_ready_s"],
         "recovery": {**recovery, "startup": startup},
+        "constrained_vs_free": constrained["mixed_vs_free"],
+        "grammar_compile_ms": constrained["compile_ms"],
+        "constrained": constrained,
         "cancel_ms": cancel["cancel_ms"],
         "cancel_steps": cancel["cancel_steps"],
         "cancel": cancel,
@@ -236,6 +244,8 @@ def json_document(
             "recovery_ok_vs_model_load": recovery_ok_vs_model_load(
                 recovery, startup["in_process_load_s"]
             ),
+            "constrained_vs_free_min": CONSTRAINED_VS_FREE_MIN,
+            "constrained_ok": constrained["meets_target"],
             "cancel_steps_max": CANCEL_STEPS_TARGET,
             "cancel_ok": cancel["meets_target"],
             "reject_ms_p99_below": REJECT_P99_TARGET_MS,

@@ -1,9 +1,10 @@
 """One run of every measurement, in the order that keeps them from disturbing each other: the
 servers start one after the other (each loads on a quiet machine); throughput and TTFT on all four
 paths; memory, with the servers idle; then mlx_lm.server stops, and on the isolated server
-cancellation, event latency and the lagging subscriber (all before any kill), recovery (the
-kills, with a subscriber timing each worker.exited); then overload on a server of its own, and the
-worker's import time. The hub alone runs after this, from `bench.cli`, with every server stopped.
+constrained decoding (then grammar compiles in this process), cancellation, event latency and the
+lagging subscriber (all before any kill), recovery (the kills, with a subscriber timing each
+worker.exited); then overload on a server of its own, and the worker's import time. The hub alone
+runs after this, from `bench.cli`, with every server stopped.
 
 The three servers run side by side in subprocesses, driven over HTTP (see `bench.streams`). The
 mlxhost servers run with the same serving options, and with --max-active at least the highest
@@ -22,6 +23,7 @@ import httpx
 
 from bench import hosts
 from bench.cancel import CancelRun, cancel_max_tokens, cancel_once, describe_cancel
+from bench.constrained import CONSTRAINED_STREAMS, constrained_summary, measure_constrained
 from bench.event_latency import measure_event_latency, worker_exits
 from bench.figures import percentile, progress
 from bench.health import isolated_worker
@@ -65,7 +67,9 @@ async def measure(
     servers_stack.callback(peer.stop)
     urls = {"mlx_lm_server": peer.url, **{name: server.url for name, server in servers.items()}}
 
-    limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
+    # Enough connections for the constrained runs' streams too, all at once.
+    connections = max(top, CONSTRAINED_STREAMS) + 4
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S)
     async with contextlib.AsyncExitStack() as clients:
         http: dict[str, HTTPBench] = {}
@@ -91,6 +95,11 @@ async def measure(
         memory, engines = await measure_memory(worker, http["in_process"].client, pids)
         # The peer is done: it would only take memory (and its log thread CPU) from here on.
         await anyio.to_thread.run_sync(peer.stop)
+
+        # Constrained decoding, on the isolated server after the memory readings (the worker's
+        # grammars would add to its RSS) and before any kill; then grammar compiles, here.
+        progress("constrained decoding: free runs and mixed runs on the isolated server")
+        constrained = await measure_constrained(isolated, servers["isolated"].pid, prompt, plan, raw)
 
         # Cancellation, on the isolated server's first worker (before any kill).
         cancel_tokens = cancel_max_tokens(plan.size)
@@ -155,6 +164,7 @@ async def measure(
         "cancels": cancels,
         "cancel_max_tokens": cancel_tokens,
         "overloads": overloads,
+        "constrained": constrained_summary(constrained, plan.max_tokens),
         "worker_import_s": imports_s,
         "in_process_load_s": servers["in_process"].load_s,
         "event_samples": event_samples,

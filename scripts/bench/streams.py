@@ -8,6 +8,9 @@ times of a stream are those of its first and last frames with content (mlxhost c
 that come within --stream-interval, 50 ms by default, into one frame; mlx_lm.server sends a frame
 per token), and its token count is the usage chunk's.
 
+A stream may carry extra body fields (a `response_format`, say), and a batch one set per stream, so
+that one batch can mix free and constrained streams (see `bench.constrained`).
+
 A stream whose connection fails before the response head (mlx_lm.server's listen backlog
 overflowing) is tried again, up to STREAM_ATTEMPTS tries, its time counting from the first.
 """
@@ -16,9 +19,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -91,11 +95,15 @@ class HTTPBench:
         # Streams tried again after their connection failed before the response head, by error.
         self.retries: collections.Counter[str] = collections.Counter()
 
-    async def stream(self, max_tokens: int | None = None) -> StreamRun:
-        """One streamed chat completion, read to the end of the response."""
+    async def stream(
+        self, max_tokens: int | None = None, extra: Mapping[str, Any] | None = None
+    ) -> StreamRun:
+        """One streamed chat completion, read to the end of the response; `extra` fields are
+        added to the body."""
         body = {
             **chat_body(self.prompt, max_tokens or self.max_tokens, stream=True),
             "stream_options": {"include_usage": True},  # the token count, read alike everywhere
+            **(extra or {}),
         }
         tokens: int | None = None
         first: float | None = None
@@ -142,9 +150,19 @@ class HTTPBench:
         if details.get("cached_tokens") is not None:
             self.cached_tokens[int(details["cached_tokens"])] += 1
 
-    async def batch(self, concurrency: int, max_tokens: int | None = None) -> BatchRun:
-        """`concurrency` streams started together, timed from the start to the last one's end."""
+    async def batch(
+        self,
+        concurrency: int,
+        max_tokens: int | None = None,
+        extras: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> BatchRun:
+        """`concurrency` streams started together, timed from the start to the last one's end.
+        `extras`, one per stream (None: nothing), are added to the streams' bodies."""
+        if extras is None:
+            extras = [None] * concurrency
+        if len(extras) != concurrency:
+            raise ValueError(f"{len(extras)} sets of extra fields for {concurrency} streams")
         start = time.perf_counter()
-        runs = await gather([lambda: self.stream(max_tokens)] * concurrency)
+        runs = await gather([functools.partial(self.stream, max_tokens, extra) for extra in extras])
         wall = time.perf_counter() - start
         return BatchRun([run.tokens for run in runs], wall, [run.ttft_s for run in runs])

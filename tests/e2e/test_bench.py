@@ -34,7 +34,15 @@ def test_the_benchmark_runs_and_writes_its_ratios(tmp_path: Path) -> None:
     assert data["rss_mb"]["parent"] > 0 and data["rss_mb"]["worker"] > 0
     # Every mlxhost request after the first few found its prompt in the worker's prompt cache.
     assert data["cached_prompt_tokens"]["isolated"]
+    # 8 streams, half of them under a JSON schema that cannot close, against 8 free ones: every
+    # stream ran to max_tokens, so the two totals compare.
+    constrained = data["constrained"]
+    assert constrained["error"] is None and data["constrained_vs_free"] > 0
+    assert constrained["tokens_per_stream"] == {"free": "32", "mixed_free": "32", "mixed_constrained": "32"}
+    assert data["grammar_compile_ms"]["tool"] > 0 and data["grammar_compile_ms"]["cold"] > 0
+    assert data["targets"]["constrained_vs_free_min"] == 0.9
     assert "targets:" in run.stdout
+    assert "constrained decoding" in run.stdout
 
 
 def test_the_bench_passes_its_admin_token_as_one_word_that_is_never_an_option(
