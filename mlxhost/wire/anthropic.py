@@ -203,6 +203,21 @@ class Metadata(_Strict):
     user_id: Annotated[str, Field(max_length=256)] | None = None
 
 
+class JSONOutputFormat(_Strict):
+    type: Literal["json_schema"]
+    schema_: JSONSchema = Field(alias="schema")
+
+
+class OutputConfig(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: JSONOutputFormat | None = None
+
+
+class Diagnostics(_Strict):
+    previous_message_id: Annotated[str, Field(max_length=256)] | None = None
+
+
 class CountTokensRequest(_Strict):
     """What a prompt is made of: the body of /v1/messages/count_tokens."""
 
@@ -213,6 +228,7 @@ class CountTokensRequest(_Strict):
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
     cache_control: CacheControl | None = None
+    output_config: OutputConfig | None = None
 
     def system_text(self) -> str:
         if self.system is None or isinstance(self.system, str):
@@ -232,6 +248,12 @@ class MessagesRequest(CountTokensRequest):
     top_k: Annotated[int, Field(ge=0)] | None = None
     stream: bool | None = None
     metadata: Metadata | None = None  # accepted and ignored: mlxhost keeps no per-user records
+    # Where and how fast Anthropic would serve it, and its cache-miss diagnostics: meaningless for
+    # one local model (there is no other tier, region or speed), so accepted and ignored.
+    service_tier: Literal["auto", "standard_only"] | None = None
+    speed: Literal["standard", "fast"] | None = None
+    inference_geo: Annotated[str, Field(max_length=64)] | None = None
+    diagnostics: Diagnostics | None = None
 
 
 register_schema(
@@ -251,6 +273,9 @@ register_schema(
         ThinkingEnabled,
         CacheControl,
         Metadata,
+        OutputConfig,
+        JSONOutputFormat,
+        Diagnostics,
     ],
     nested={
         (MessagesRequest, "messages"): InputMessage,
@@ -260,7 +285,10 @@ register_schema(
         (MessagesRequest, "system"): TextBlock,
         (CountTokensRequest, "system"): TextBlock,
         (MessagesRequest, "metadata"): Metadata,
+        (MessagesRequest, "diagnostics"): Diagnostics,
+        (MessagesRequest, "output_config"): OutputConfig,
+        (CountTokensRequest, "output_config"): OutputConfig,
     },
     lists=["stop_sequences", "system"],
-    schemas=["input_schema"],
+    schemas=["input_schema", "format"],
 )

@@ -42,7 +42,15 @@ from mlxhost.wire.errors import APIError, InvalidRequest
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openai import parse_body, too_long
 from mlxhost.worker.answer import Answer, Serving, respond
-from mlxhost.worker.conversation import Conversation, Prepared, Tool, ToolChoice, prepare, tool_call_message
+from mlxhost.worker.conversation import (
+    Conversation,
+    OutputFormat,
+    Prepared,
+    Tool,
+    ToolChoice,
+    prepare,
+    tool_call_message,
+)
 from mlxhost.worker.output import Output
 from mlxhost.worker.routes import (
     GenerationSettings,
@@ -130,12 +138,23 @@ def messages_conversation(body: CountTokensRequest) -> Conversation:
     thinking = (
         None if body.thinking is None or body.thinking.type == "adaptive" else body.thinking.type == "enabled"
     )
+    output_format, template_args = None, {}
+    if (config := body.output_config) is not None:
+        if config.format is not None:
+            # Anthropic's structured outputs are strict, as OpenAI's strict mode is.
+            output_format = OutputFormat(
+                "json_schema", "output_config.format.schema", config.format.schema_, True
+            )
+        if config.effort is not None:
+            template_args["reasoning_effort"] = config.effort
     return Conversation(
         messages=out,
         tools=_tools(body),
         tool_choice=choice,
         parallel_tool_calls=parallel,
+        output_format=output_format,
         thinking=thinking,
+        template_args=template_args,
     )
 
 

@@ -43,8 +43,7 @@ WEATHER: Any = {
 CITIES = ["Paris", "Lagos", "Lima", "Oslo", "Kyoto", "Quito", "Perth", "Cairo", "Dakar", "Hanoi"]
 # SDK 2.15 dropped the sampling parameters from its signatures; the API (and older SDKs) take them.
 GREEDY = {"temperature": 0.0}
-# One call, its strings bounded: the grammar ends it (the random model takes 80 to 130 tokens, most
-# of them the whitespace JSON allows), so it never runs this long.
+# One call, its strings bounded: the grammar ends it, so it never runs this long.
 TOOL_TOKENS = 300
 # Exactly one call. Allowed more, the random model (where a real one would stop) goes on calling
 # as often as not, and the answer ends at max_tokens: see test_parallel_calls_are_blocks_each.
@@ -136,6 +135,33 @@ def test_a_forced_tool_is_always_called_with_a_valid_input(client: anthropic.Ant
         call = _tool_use(message)
         assert call.name == "get_weather" and call.id.startswith("toolu_")
         assert validator.is_valid(call.input), call.input
+
+
+def test_a_structured_output_format_validates_every_time(client: anthropic.Anthropic) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 8}, "rain": {"type": "boolean"}},
+        "required": ["city", "rain"],
+    }
+    validator = jsonschema_rs.validator_for({**schema, "additionalProperties": False})
+
+    def ask(i: int) -> Message:
+        return client.messages.create(
+            model="tiny",
+            max_tokens=TOOL_TOKENS,
+            extra_body={"temperature": 1.0},
+            messages=[{"role": "user", "content": f"Forecast for {CITIES[i % len(CITIES)]}? ({i})"}],
+            output_config={"format": {"type": "json_schema", "schema": schema}, "effort": "low"},
+            # Meaningless for one local model, and accepted: agents send them.
+            service_tier="auto",
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(ask, range(20)))
+    for message in answers:
+        assert message.stop_reason == "end_turn", message.content
+        [block] = message.content
+        assert block.type == "text" and validator.is_valid(json.loads(block.text)), block
 
 
 def test_parallel_calls_are_blocks_each(client: anthropic.Anthropic) -> None:
@@ -310,7 +336,9 @@ def test_count_tokens_counts_the_prompt_a_message_gets(client: anthropic.Anthrop
         ({"tools": [WEATHER, WEATHER]}, "tools[1].name"),
         ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, "tool_choice"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
-        ({"service_tier": "auto"}, "service_tier"),
+        ({"service_tier": "priority"}, "service_tier"),
+        ({"container": "c1"}, "container"),
+        ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "nonsense"}}}}, "output_config.format.schema"),
         ({"messages": [*HELLO, {"role": "assistant", "content": "Well,"}]}, "messages[1]"),
         (
             {
