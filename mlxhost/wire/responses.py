@@ -270,6 +270,8 @@ TextFormat = Annotated[
 
 class TextConfig(_Strict):
     format: TextFormat | None = None
+    # How long an answer should be: a hint to a model trained on it, none to a local one.
+    verbosity: Literal["low", "medium", "high"] | None = None
 
 
 class ReasoningConfig(_Strict):
@@ -308,6 +310,11 @@ class ResponsesRequest(_Strict):
     # What else to include in the answer (encrypted reasoning, logprobs...): accepted, and there is
     # nothing more to include.
     include: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=16)] | None = None
+    # Hints for OpenAI's routing and abuse checks, as Codex sends them: the prompt cache here is
+    # automatic and keyed by the prompt itself, and there is one tier and nobody else to tell.
+    prompt_cache_key: Annotated[str, Field(max_length=256)] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    safety_identifier: Annotated[str, Field(max_length=256)] | None = None
 
     def stores(self) -> bool:
         return self.store is not False
