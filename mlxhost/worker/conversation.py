@@ -10,9 +10,9 @@ Rules that hold whatever the dialect:
 - Tools offered to a model whose chat template has no tool calling are refused (400), never
   silently dropped.
 - A required or named tool choice is forced by a grammar where the model writes its calls as JSON
-  between tags (Hermes/Qwen, mlx-lm's `json_tools`); a JSON response format always is. A model
-  that thinks is asked not to, where its template has the switch, when its output is constrained:
-  the grammar applies from the first token.
+  between tags (Hermes/Qwen, mlx-lm's `json_tools`); a JSON response format always is. The
+  grammar applies from the first token, so a prompt that would open a think block has it closed
+  (the template's thinking switch) when the output is constrained.
 """
 
 from __future__ import annotations
@@ -118,17 +118,19 @@ async def prepare(engine: Engine, conversation: Conversation) -> Prepared:
         )
     spec = _grammar_spec(engine, conversation)
     template_args = dict(conversation.template_args)
-    thinking = conversation.thinking
-    if spec is not None and tokenizer.has_thinking:
-        thinking = False  # the grammar holds from the first token: no room for a think block
-    if thinking is not None:
-        template_args["enable_thinking"] = thinking
+    if conversation.thinking is not None:
+        template_args["enable_thinking"] = conversation.thinking
     # A tool_choice of "none" keeps the tools in the prompt, as OpenAI does; calls are not read.
     offered = tools if tokenizer.has_tool_calling else ()
+    tools_form = [t.template_form() for t in offered] or None
     try:
-        rendered = await tokenizer.render_chat(
-            conversation.messages, [t.template_form() for t in offered] or None, template_args
-        )
+        rendered = await tokenizer.render_chat(conversation.messages, tools_form, template_args)
+        if spec is not None and rendered.thinking:
+            # The grammar holds from the first token: no room for the think block this prompt
+            # opens, so it is closed. Only then: a closed, empty block is not rendered again in
+            # the history's assistant turn, and the next turn could not reuse this prompt's cache.
+            args = {**template_args, "enable_thinking": False}
+            rendered = await tokenizer.render_chat(conversation.messages, tools_form, args)
     except Exception as exc:
         # The template's own refusal (an unknown role, a turn order it does not allow) is the
         # request's fault, and says what is wrong in its message.
