@@ -1,7 +1,9 @@
 """The JSON shapes of chat and text completions, whole and streamed (SSE `data:` frames).
 
 A `Delta` is one piece of a session's output as the worker's engine produces it; the formats
-below write deltas as OpenAI's chunks. Their reader, for the parent, is reading.py.
+below write deltas as OpenAI's chunks. A request for `n` choices has one session per choice:
+every chunk names its choice by `index`, and the usage counts the prompt once and the
+completions of all the choices. Their reader, for the parent, is reading.py.
 """
 
 from __future__ import annotations
@@ -106,8 +108,11 @@ class Usage:
         return cls(prompt, completion, cached if isinstance(cached, int) else 0)
 
 
-def usage(prompt_tokens: int, final: Delta) -> dict[str, Any]:
-    return Usage(prompt_tokens, final.completion_tokens, final.cached_tokens).to_json()
+def usage(prompt_tokens: int, *finals: Delta) -> dict[str, Any]:
+    """The usage of one prompt and its choices' last deltas: their completions add up, and only
+    the prompt tokens that every choice took from the cache count as cached."""
+    completion = sum(final.completion_tokens for final in finals)
+    return Usage(prompt_tokens, completion, min(final.cached_tokens for final in finals)).to_json()
 
 
 @dataclass
@@ -118,8 +123,20 @@ class _Format:
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def usage_chunk(self, final: Delta) -> dict[str, Any]:
-        return self._chunk([], usage=usage(self.prompt_tokens, final))
+    def usage_chunk(self, *finals: Delta) -> dict[str, Any]:
+        """The chunk after every choice's finish, with the usage of all of them."""
+        return self._chunk([], usage=usage(self.prompt_tokens, *finals))
+
+    def whole_body(self, choices: list[dict[str, Any]], *finals: Delta) -> dict[str, Any]:
+        """A whole answer: its choices, each as `whole_choice` writes it, and their usage."""
+        return {
+            "id": self.id,
+            "object": self.whole_object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage(self.prompt_tokens, *finals),
+        }
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         chunk = {
@@ -135,39 +152,67 @@ class _Format:
         return chunk
 
     chunk_object = ""
+    whole_object = ""
 
 
 @dataclass
 class ChatFormat(_Format):
     chunk_object = "chat.completion.chunk"
+    whole_object = "chat.completion"
 
     def __post_init__(self) -> None:
         self.id = self.id or f"chatcmpl-{uuid.uuid4().hex}"
 
-    def first_chunk(self) -> dict[str, Any]:
-        return self._chunk([_choice({"role": "assistant", "content": ""})])
+    def first_chunk(self, index: int = 0) -> dict[str, Any]:
+        return self._chunk([_choice(index, {"role": "assistant", "content": ""})])
 
-    def content_chunk(self, delta: Delta, text: str | None = None) -> dict[str, Any]:
+    def content_chunk(self, delta: Delta, text: str | None = None, index: int = 0) -> dict[str, Any]:
         """The delta's text (or `text`, what of it is the answer) and its logprobs."""
         content = delta.text if text is None else text
-        return self._chunk([_choice({"content": content}, _chat_logprobs(delta.logprobs))])
+        return self._chunk([_choice(index, {"content": content}, _chat_logprobs(delta.logprobs))])
 
-    def reasoning_chunk(self, text: str) -> dict[str, Any]:
+    def reasoning_chunk(self, text: str, index: int = 0) -> dict[str, Any]:
         # Clients disagree on the name (vLLM and DeepSeek say reasoning_content, OpenRouter and
         # Ollama reasoning): both are sent.
-        return self._chunk([_choice({"reasoning_content": text, "reasoning": text})])
+        return self._chunk([_choice(index, {"reasoning_content": text, "reasoning": text})])
 
-    def tool_call_chunks(self, index: int, call: ToolCall) -> list[dict[str, Any]]:
-        """As OpenAI streams a call: its id and name first, then its arguments."""
-        head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
-        arguments = {"index": index, "function": {"arguments": call.arguments}}
-        return [self._chunk([_choice({"tool_calls": [head]})]), self._chunk([_choice({"tool_calls": [arguments]})])]
+    def tool_call_chunks(self, call_index: int, call: ToolCall, index: int = 0) -> list[dict[str, Any]]:
+        """As OpenAI streams a call: its id and name first, then its arguments. `call_index`
+        counts the calls of one choice, `index` is the choice."""
+        head = {
+            "index": call_index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        arguments = {"index": call_index, "function": {"arguments": call.arguments}}
+        return [
+            self._chunk([_choice(index, {"tool_calls": [head]})]),
+            self._chunk([_choice(index, {"tool_calls": [arguments]})]),
+        ]
 
-    def finish_chunk(self, finish_reason: str) -> dict[str, Any]:
-        return self._chunk([_choice({}, None, finish_reason)])
+    def finish_chunk(self, finish_reason: str, index: int = 0) -> dict[str, Any]:
+        return self._chunk([_choice(index, {}, None, finish_reason)])
 
     def whole(
         self,
+        text: str,
+        logprobs: list[TokenLogprob] | None,
+        final: Delta,
+        *,
+        reasoning: str = "",
+        tool_calls: tuple[ToolCall, ...] = (),
+        finish_reason: str | None = None,
+    ) -> dict[str, Any]:
+        """A whole answer of one choice."""
+        choice = self.whole_choice(
+            0, text, logprobs, final, reasoning=reasoning, tool_calls=tool_calls, finish_reason=finish_reason
+        )
+        return self.whole_body([choice], final)
+
+    def whole_choice(
+        self,
+        index: int,
         text: str,
         logprobs: list[TokenLogprob] | None,
         final: Delta,
@@ -182,26 +227,19 @@ class ChatFormat(_Format):
         if tool_calls:
             message["tool_calls"] = [_tool_call(call) for call in tool_calls]
         return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": _chat_logprobs(logprobs),
-                    "finish_reason": finish_reason or final.finish_reason,
-                }
-            ],
-            "usage": usage(self.prompt_tokens, final),
+            "index": index,
+            "message": message,
+            "logprobs": _chat_logprobs(logprobs),
+            "finish_reason": finish_reason or final.finish_reason,
         }
 
 
 @dataclass
 class CompletionFormat(_Format):
     chunk_object = "text_completion"
-    _offset: int = 0
+    whole_object = "text_completion"
+    # Where the next token's text starts, by choice: `text_offset` counts through a choice's text.
+    _offsets: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.id = self.id or f"cmpl-{uuid.uuid4().hex}"
@@ -209,39 +247,36 @@ class CompletionFormat(_Format):
     def first_chunk(self) -> None:
         return None
 
-    def content_chunk(self, delta: Delta) -> dict[str, Any]:
-        return self._chunk([self._text_choice(delta.text, delta.logprobs, None)])
+    def content_chunk(self, delta: Delta, index: int = 0) -> dict[str, Any]:
+        return self._chunk([self.text_choice(index, delta.text, delta.logprobs, None)])
 
-    def finish_chunk(self, finish_reason: str) -> dict[str, Any]:
-        return self._chunk([self._text_choice("", None, finish_reason)])
+    def finish_chunk(self, finish_reason: str, index: int = 0) -> dict[str, Any]:
+        return self._chunk([self.text_choice(index, "", None, finish_reason)])
 
     def whole(self, text: str, logprobs: list[TokenLogprob] | None, final: Delta) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [self._text_choice(text, logprobs, final.finish_reason)],
-            "usage": usage(self.prompt_tokens, final),
-        }
+        """A whole answer of one choice."""
+        return self.whole_body([self.text_choice(0, text, logprobs, final.finish_reason)], final)
 
-    def _text_choice(
-        self, text: str, logprobs: list[TokenLogprob] | None, finish_reason: str | None
+    def text_choice(
+        self, index: int, text: str, logprobs: list[TokenLogprob] | None, finish_reason: str | None
     ) -> dict[str, Any]:
+        """One choice, of a chunk or of a whole answer."""
         return {
-            "index": 0,
+            "index": index,
             "text": text,
-            "logprobs": self._logprobs(logprobs),
+            "logprobs": self._logprobs(index, logprobs),
             "finish_reason": finish_reason,
         }
 
-    def _logprobs(self, logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:
+    def _logprobs(self, index: int, logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:
         if logprobs is None:
             return None
+        offset = self._offsets.get(index, 0)
         offsets = []
         for item in logprobs:
-            offsets.append(self._offset)
-            self._offset += len(item.token)
+            offsets.append(offset)
+            offset += len(item.token)
+        self._offsets[index] = offset
         return {
             "tokens": [item.token for item in logprobs],
             "token_logprobs": [item.logprob for item in logprobs],
@@ -255,9 +290,12 @@ def _tool_call(call: ToolCall) -> dict[str, Any]:
 
 
 def _choice(
-    delta: dict[str, Any], logprobs: dict[str, Any] | None = None, finish_reason: str | None = None
+    index: int,
+    delta: dict[str, Any],
+    logprobs: dict[str, Any] | None = None,
+    finish_reason: str | None = None,
 ) -> dict[str, Any]:
-    return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
 
 
 def _chat_logprobs(logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:

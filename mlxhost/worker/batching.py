@@ -214,7 +214,8 @@ class Batching:
             if finish is not None:
                 del self.rows[row.uid]
                 counters.completed += 1
-                if response.prompt_cache is not None:  # it ended inside the generator: KV intact
+                # It ended inside the generator (its KV intact), and is one to keep.
+                if response.prompt_cache is not None and row.session.request.keep_cache:
                     self._prompt_cache.keep(
                         response.all_tokens, response.prompt_cache, row.session.request.cache_namespace
                     )

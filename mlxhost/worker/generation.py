@@ -62,6 +62,8 @@ class GenerationRequest:
     grammar: Grammar | None = None
     # (token id, bias) pairs added to the logits at every step.
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # Whether its prompt and output go into the prompt cache when it ends.
+    keep_cache: bool = True
 
 
 @dataclass(eq=False)  # identity: sessions live in sets

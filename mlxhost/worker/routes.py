@@ -4,13 +4,14 @@ Nothing here waits on the event loop for the size of a request: a large body is 
 pydantic builds it (see wire/openai.py), a prompt that cannot fit is refused before the chat
 template renders it, and rendering and encoding run in the engine's tokenizer thread. Running the
 generation and answering is answer.py's, for every dialect; the conversation pipeline (tools,
-grammar, reasoning) is conversation.py's.
+grammar, reasoning) is conversation.py's. Both routes take `n`: that many choices, one generation
+each, run together in the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -30,7 +31,7 @@ from mlxhost.wire.openai import (
     parse_body,
     too_long,
 )
-from mlxhost.worker.answer import Answer, Serving, respond, shutting_down
+from mlxhost.worker.answer import Answer, Serving, respond_choices, shutting_down
 from mlxhost.worker.conversation import (
     Conversation,
     OutputFormat,
@@ -54,10 +55,6 @@ async def chat_completions(request: Request) -> Response:
     service = serving(request)
     context = service.engine.context_length
     chat = parse_body(ChatCompletionRequest, await read_body(request, service), context)
-    if chat.n is not None and chat.n > 1:
-        raise InvalidRequest(
-            "n: only one choice per request is supported yet", param="n", code="unsupported_value"
-        )
     # Each message renders to at least one token.
     if context is not None and len(chat.messages) >= context:
         count = len(chat.messages)
@@ -68,10 +65,24 @@ async def chat_completions(request: Request) -> Response:
         chat, prepared.prompt, service, "messages", _namespace(request, chat), grammar=prepared.grammar
     )
     fmt = ChatFormat(service.model_id, len(prepared.prompt), include_usage=chat.wants_usage_chunk())
-    writer = ChatWriter(fmt)
-    return await respond(
-        request, service, generation, writer, prepared.parser(service.engine), bool(chat.stream)
+    n = chat.n or 1
+    parsers = [prepared.parser(service.engine) for _ in range(n)]
+    return await respond_choices(
+        request, service, _choices(generation, n), ChatWriter(fmt, n), parsers, bool(chat.stream)
     )
+
+
+def _choices(generation: GenerationRequest, n: int) -> list[GenerationRequest]:
+    """One generation per choice. With a seed, choice i samples from seed + i: the choices differ,
+    and the same request gives the same choices again."""
+    seed = generation.sampling.seed
+    choices = [generation]
+    for i in range(1, n):
+        # Only the first choice leaves its prompt in the prompt cache: n entries of one prompt
+        # would push out the cache's other conversations and serve nothing the first cannot.
+        sampling = generation.sampling if seed is None else replace(generation.sampling, seed=seed + i)
+        choices.append(replace(generation, sampling=sampling, keep_cache=False))
+    return choices
 
 
 def chat_conversation(chat: ChatCompletionRequest) -> Conversation:
@@ -131,41 +142,50 @@ def _template_message(message: ChatMessage) -> dict[str, Any]:
 @dataclass
 class ChatWriter:
     fmt: ChatFormat
-    _calls: int = 0  # tool calls streamed so far: each has its index
+    n: int = 1  # choices
+    _calls: dict[int, int] = field(default_factory=dict)  # tool calls streamed so far, by choice
 
     def opening(self) -> Iterable[bytes]:
-        return [sse(self.fmt.first_chunk())]
+        return [sse(self.fmt.first_chunk(index)) for index in range(self.n)]
 
-    def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
+    def output(self, index: int, out: Output, delta: Delta) -> Iterable[bytes]:
         frames = []
         if out.reasoning:
-            frames.append(sse(self.fmt.reasoning_chunk(out.reasoning)))
+            frames.append(sse(self.fmt.reasoning_chunk(out.reasoning, index)))
         if out.content or delta.logprobs:
-            frames.append(sse(self.fmt.content_chunk(delta, out.content)))
+            frames.append(sse(self.fmt.content_chunk(delta, out.content, index)))
         for call in out.tool_calls:
-            frames += [sse(chunk) for chunk in self.fmt.tool_call_chunks(self._calls, call)]
-            self._calls += 1
+            # Each call has its index among its choice's calls.
+            calls = self._calls.get(index, 0)
+            frames += [sse(chunk) for chunk in self.fmt.tool_call_chunks(calls, call, index)]
+            self._calls[index] = calls + 1
         return frames
 
-    def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
-        frames = [sse(self.fmt.finish_chunk(finish))]
+    def finished(self, index: int, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
+        return [sse(self.fmt.finish_chunk(finish, index))]
+
+    def closing(self, finals: Sequence[Delta]) -> Iterable[bytes]:
         if self.fmt.include_usage:
-            frames.append(sse(self.fmt.usage_chunk(final)))
-        return [*frames, DONE]
+            return [sse(self.fmt.usage_chunk(*finals)), DONE]
+        return [DONE]
 
     def failure(self, error: APIError) -> Iterable[bytes]:
         return [sse(error.body()), DONE]
 
-    def whole(self, answer: Answer) -> dict[str, Any]:
-        out = answer.output
-        return self.fmt.whole(
-            out.content,
-            answer.logprobs,
-            answer.final,
-            reasoning=out.reasoning,
-            tool_calls=tuple(out.tool_calls),
-            finish_reason=answer.finish,
-        )
+    def whole(self, answers: Sequence[Answer]) -> dict[str, Any]:
+        choices = [
+            self.fmt.whole_choice(
+                index,
+                answer.output.content,
+                answer.logprobs,
+                answer.final,
+                reasoning=answer.output.reasoning,
+                tool_calls=tuple(answer.output.tool_calls),
+                finish_reason=answer.finish,
+            )
+            for index, answer in enumerate(answers)
+        ]
+        return self.fmt.whole_body(choices, *(answer.final for answer in answers))
 
 
 @dataclass
@@ -175,30 +195,32 @@ class CompletionWriter:
     def opening(self) -> Iterable[bytes]:
         return []
 
-    def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
-        return [sse(self.fmt.content_chunk(delta))]
+    def output(self, index: int, out: Output, delta: Delta) -> Iterable[bytes]:
+        return [sse(self.fmt.content_chunk(delta, index))]
 
-    def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
-        frames = [sse(self.fmt.finish_chunk(finish))]
+    def finished(self, index: int, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
+        return [sse(self.fmt.finish_chunk(finish, index))]
+
+    def closing(self, finals: Sequence[Delta]) -> Iterable[bytes]:
         if self.fmt.include_usage:
-            frames.append(sse(self.fmt.usage_chunk(final)))
-        return [*frames, DONE]
+            return [sse(self.fmt.usage_chunk(*finals)), DONE]
+        return [DONE]
 
     def failure(self, error: APIError) -> Iterable[bytes]:
         return [sse(error.body()), DONE]
 
-    def whole(self, answer: Answer) -> dict[str, Any]:
-        return self.fmt.whole(answer.output.content, answer.logprobs, answer.final)
+    def whole(self, answers: Sequence[Answer]) -> dict[str, Any]:
+        choices = [
+            self.fmt.text_choice(index, answer.output.content, answer.logprobs, answer.final.finish_reason)
+            for index, answer in enumerate(answers)
+        ]
+        return self.fmt.whole_body(choices, *(answer.final for answer in answers))
 
 
 async def completions(request: Request) -> Response:
     service = serving(request)
     context = service.engine.context_length
     completion = parse_body(CompletionRequest, await read_body(request, service), context)
-    if completion.n is not None and completion.n > 1:
-        raise InvalidRequest(
-            "n: only one choice per request is supported yet", param="n", code="unsupported_value"
-        )
     if isinstance(completion.prompt, str):
         _check_characters(service, "prompt", len(completion.prompt))
         prompt = await service.engine.encode(completion.prompt)
@@ -215,7 +237,10 @@ async def completions(request: Request) -> Response:
             )
     generation = _generation_request(completion, prompt, service, "prompt", _namespace(request, completion))
     fmt = CompletionFormat(service.model_id, len(prompt), include_usage=completion.wants_usage_chunk())
-    return await respond(request, service, generation, CompletionWriter(fmt), None, bool(completion.stream))
+    n = completion.n or 1
+    return await respond_choices(
+        request, service, _choices(generation, n), CompletionWriter(fmt), [None] * n, bool(completion.stream)
+    )
 
 
 def _check_characters(service: Serving, param: str, chars: int) -> None:
