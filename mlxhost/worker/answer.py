@@ -138,9 +138,66 @@ async def respond_choices(
     parsers keep state), and answer with all of them."""
     tag = request.headers.get(SESSION_HEADER)
     choices = [_Choice(i, g, p) for i, (g, p) in enumerate(zip(generations, parsers, strict=True))]
+    if stream and len(choices) == 1:
+        return StreamingResponse(
+            _one_stream(service, choices[0], writer, tag),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
     if stream:
         return _EventStream(_Streaming(service, choices, writer, tag).run)
     return await _whole(request, service, choices, writer, tag)
+
+
+async def _one_stream(
+    service: Serving, choice: _Choice, writer: ChoicesWriter, tag: str | None
+) -> AsyncIterator[bytes]:
+    """The stream of a single choice, the common case, read in the response's own task.
+
+    Several choices need a task each (`_Streaming`); one does not, and the hop through a task and
+    a channel per frame costs every stream CPU and latency the benchmark sees (the isolated path's
+    c8 throughput fell from about 0.72 to 0.59 of raw mlx-lm's, its TTFT doubled).
+    """
+    settings = service.settings
+    ended = object()
+    last_frame = float("-inf")
+    try:
+        async with service.engine.generate(choice.generation, tag) as session:
+            for frame in writer.opening():
+                yield frame
+            while True:
+                delta: Any = session.ready()
+                if delta is None:
+                    # Comments keep proxies and clients from timing out during a long prefill.
+                    with anyio.move_on_after(settings.keepalive_seconds):
+                        delta = await anext(session, ended)
+                if delta is None:
+                    yield KEEPALIVE
+                    continue
+                if delta is ended:
+                    return
+                wait = last_frame + settings.stream_interval - anyio.current_time()
+                if wait > 0 and delta.finish_reason is None:
+                    # Tokens that come faster than `stream_interval` go out as one frame.
+                    await session.wait_ended(wait)
+                    delta = session.merge_ready(delta)
+                out = choice.sort(delta)
+                if out or delta.logprobs:
+                    for frame in writer.output(0, out, delta):
+                        yield frame
+                    last_frame = anyio.current_time()
+                if delta.finish_reason is None:
+                    continue
+                if delta.finish_reason in ("stop", "length"):
+                    frames = [*writer.finished(0, delta, choice.finish(delta)), *writer.closing([delta])]
+                else:
+                    frames = list(writer.failure(_failure(delta)))
+                for frame in frames:
+                    yield frame
+                return
+    except EngineStopped:
+        for frame in writer.failure(shutting_down()):
+            yield frame
 
 
 @dataclass

@@ -7,6 +7,7 @@ sharp: a forced tool call or a JSON schema is only ever valid because the gramma
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import Iterator
@@ -33,7 +34,11 @@ WEATHER_PARAMETERS = {
 }
 WEATHER = {
     "type": "function",
-    "function": {"name": "get_weather", "description": "The forecast for a city", "parameters": WEATHER_PARAMETERS},
+    "function": {
+        "name": "get_weather",
+        "description": "The forecast for a city",
+        "parameters": WEATHER_PARAMETERS,
+    },
 }
 CLOCK_PARAMETERS = {
     "type": "object",
@@ -123,8 +128,13 @@ def test_tool_calls_stream_as_openai_streams_them(client: openai.OpenAI) -> None
 
 def test_a_tool_result_round_trips_through_the_conversation(client: openai.OpenAI) -> None:
     first = client.chat.completions.create(
-        model="tiny", messages=ASK, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
-        max_tokens=120, seed=1,
+        model="tiny",
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=120,
+        seed=1,
     )
     message = first.choices[0].message
     [call] = message.tool_calls or []
@@ -176,7 +186,10 @@ def test_a_json_schema_streams_and_validates(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
         model="tiny",
         messages=ASK,
-        response_format={"type": "json_schema", "json_schema": {"name": "forecast", "schema": schema, "strict": True}},
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "forecast", "schema": schema, "strict": True},
+        },
         max_tokens=200,
         seed=3,
         stream=True,
@@ -188,10 +201,18 @@ def test_a_json_schema_streams_and_validates(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+        ),
         ({"tool_choice": "required"}, "tool_choice"),
         (
-            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "nonsense"}},
+                }
+            },
             "response_format.json_schema.schema",
         ),
         ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools[0].function.name"),
@@ -202,9 +223,13 @@ def test_a_json_schema_streams_and_validates(client: openai.OpenAI) -> None:
         ({"messages": [{"role": "assistant"}]}, "messages[0]"),
     ],
 )
-def test_what_cannot_be_done_is_a_400_naming_the_field(server: RunningHost, body: dict[str, Any], param: str) -> None:
+def test_what_cannot_be_done_is_a_400_naming_the_field(
+    server: RunningHost, body: dict[str, Any], param: str
+) -> None:
     with server.http() as http:
-        response = http.post("/v1/chat/completions", json={"model": "tiny", "messages": ASK, "max_tokens": 4, **body})
+        response = http.post(
+            "/v1/chat/completions", json={"model": "tiny", "messages": ASK, "max_tokens": 4, **body}
+        )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
 
@@ -281,18 +306,27 @@ def test_an_agent_calls_a_tool_gets_its_result_and_finishes(server: RunningHost)
         calls.append(city)
         return f"It is sunny in {city}."
 
-    client = server.async_client()
-    model = agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client)
-    agent = agents.Agent(
-        name="forecaster",
-        instructions="Answer with the weather.",
-        tools=[get_weather],
-        model=model,
-        # The first turn must call the tool; then the SDK puts the choice back to auto, and the
-        # model answers.
-        model_settings=agents.ModelSettings(tool_choice="get_weather", max_tokens=64, temperature=1.0),
-    )
-    result = agents.Runner.run_sync(agent, "Weather in Paris?", run_config=agents.RunConfig(tracing_disabled=True))
+    async def run() -> Any:
+        # The client closes in the loop that opened its connections: left to the garbage
+        # collector, it would close them in whatever loop runs then (another test's).
+        async with server.async_client() as client:
+            model = agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client)
+            agent = agents.Agent(
+                name="forecaster",
+                instructions="Answer with the weather.",
+                tools=[get_weather],
+                model=model,
+                # The first turn must call the tool; then the SDK puts the choice back to auto,
+                # and the model answers.
+                model_settings=agents.ModelSettings(
+                    tool_choice="get_weather", max_tokens=64, temperature=1.0
+                ),
+            )
+            return await agents.Runner.run(
+                agent, "Weather in Paris?", run_config=agents.RunConfig(tracing_disabled=True)
+            )
+
+    result = asyncio.run(run())
     assert len(calls) >= 1 and set(calls) <= {"Paris", "Oslo"}
     outputs = [item for item in result.new_items if item.type == "tool_call_output_item"]
     assert outputs and outputs[0].output.startswith("It is sunny in")
