@@ -139,8 +139,26 @@ def _template_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
+class _OpenAIStreamEnd:
+    """How both OpenAI formats end a choice and a stream: a finish chunk per choice, then usage
+    (when asked for) and `[DONE]`; a failure is an error frame and `[DONE]`."""
+
+    fmt: ChatFormat | CompletionFormat
+
+    def finished(self, index: int, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
+        return [sse(self.fmt.finish_chunk(finish, index))]
+
+    def closing(self, finals: Sequence[Delta]) -> Iterable[bytes]:
+        if self.fmt.include_usage:
+            return [sse(self.fmt.usage_chunk(*finals)), DONE]
+        return [DONE]
+
+    def failure(self, error: APIError) -> Iterable[bytes]:
+        return [sse(error.body()), DONE]
+
+
 @dataclass
-class ChatWriter:
+class ChatWriter(_OpenAIStreamEnd):
     fmt: ChatFormat
     n: int = 1  # choices
     _calls: dict[int, int] = field(default_factory=dict)  # tool calls streamed so far, by choice
@@ -161,17 +179,6 @@ class ChatWriter:
             self._calls[index] = calls + 1
         return frames
 
-    def finished(self, index: int, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
-        return [sse(self.fmt.finish_chunk(finish, index))]
-
-    def closing(self, finals: Sequence[Delta]) -> Iterable[bytes]:
-        if self.fmt.include_usage:
-            return [sse(self.fmt.usage_chunk(*finals)), DONE]
-        return [DONE]
-
-    def failure(self, error: APIError) -> Iterable[bytes]:
-        return [sse(error.body()), DONE]
-
     def whole(self, answers: Sequence[Answer]) -> dict[str, Any]:
         choices = [
             self.fmt.whole_choice(
@@ -189,7 +196,7 @@ class ChatWriter:
 
 
 @dataclass
-class CompletionWriter:
+class CompletionWriter(_OpenAIStreamEnd):
     fmt: CompletionFormat
 
     def opening(self) -> Iterable[bytes]:
@@ -197,17 +204,6 @@ class CompletionWriter:
 
     def output(self, index: int, out: Output, delta: Delta) -> Iterable[bytes]:
         return [sse(self.fmt.content_chunk(delta, index))]
-
-    def finished(self, index: int, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
-        return [sse(self.fmt.finish_chunk(finish, index))]
-
-    def closing(self, finals: Sequence[Delta]) -> Iterable[bytes]:
-        if self.fmt.include_usage:
-            return [sse(self.fmt.usage_chunk(*finals)), DONE]
-        return [DONE]
-
-    def failure(self, error: APIError) -> Iterable[bytes]:
-        return [sse(error.body()), DONE]
 
     def whole(self, answers: Sequence[Answer]) -> dict[str, Any]:
         choices = [
