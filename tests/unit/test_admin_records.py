@@ -14,6 +14,7 @@ import pytest
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.admin import host_state
 from mlxhost.host.admission import Admission
+from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
 from mlxhost.host.pool import ModelPool
 from mlxhost.host.relay import refusal
@@ -26,11 +27,17 @@ from mlxhost.wire.admin import (
     AdmissionRecord,
     AdmissionRejected,
     BadRecord,
+    ExecutionChanged,
+    ExecutionRecord,
     ExitRecord,
     HostRecord,
     HostStarted,
     HostState,
     HostStopping,
+    JobFinished,
+    JobProgressed,
+    JobQueued,
+    JobStarted,
     MemoryReading,
     ModelEvicted,
     ModelRecord,
@@ -52,6 +59,7 @@ from mlxhost.wire.admin import (
     WorkerSpawned,
     parse_event,
 )
+from mlxhost.wire.admin.jobs import JobProgress, JobRecord, JobResult
 from mlxhost.wire.launch import SessionProgress
 
 EXIT = ExitRecord(pid=41, code=None, signal="SIGKILL", uptime_s=2.5, ready=True, reason="hung: no answer")
@@ -79,7 +87,20 @@ STATE = HostState(
     ),
     sessions=SessionsRecord(opened=2, closed=1, live=(SESSION,), recent=(CLOSED,)),
     admission={"m": AdmissionRecord(max_active=4, max_queued=8, active=1, queued=0, admitted=2, rejected=1)},
-)
+    execution=ExecutionRecord(shared=0, exclusive="j-2", waiting=("s-9",), paused=("m",)),
+    jobs=(
+        JobRecord(
+            id="j-2", kind="finetune", model="m", state="running", options={"data": "/d", "iters": 20},
+            progress=JobProgress(iteration=5, total=20, train_loss=2.5, iterations_per_s=3.0), result=None,
+            error=None, pid=77, created_at=1000, started_at=1001, ended_at=None,
+        ),
+        JobRecord(
+            id="j-1", kind="quantize", model="m", state="succeeded", options={"bits": 4, "group_size": 64},
+            progress=None, result=JobResult(model="m-q4-j-1", path="/state/jobs/j-1/output"), error=None,
+            pid=None, created_at=900, started_at=901, ended_at=950,
+        ),
+    ),
+)  # fmt: skip
 
 EVENTS: list[AdminEvent] = [
     HostStarted(pid=7, models=("m", "n"), seq=1, at=1000),
@@ -99,11 +120,22 @@ EVENTS: list[AdminEvent] = [
     SessionClosed(session="s-3", model="m", tokens=0, age_ms=5, outcome=Outcome.failed("bad", "no good")),
     AdmissionRejected(session="s-4", model="m", active=4, queued=8),
     AdmissionRejected(model="m", active=4, queued=8),
+    JobQueued(job="j-1", kind="finetune", model="m"),
+    JobStarted(job="j-1", pid=77),
+    JobProgressed(job="j-1", iteration=5, total=20, train_loss=2.5),
+    JobProgressed(job="j-1", iteration=20, total=20, train_loss=1.5, val_loss=1.75),
+    JobFinished(job="j-1", state="succeeded", model="m-lora-j-1"),
+    JobFinished(job="j-2", state="failed", error="the job process exited with status 1"),
+    ExecutionChanged(owner="j-1", change="waiting"),
+    ExecutionChanged(owner="j-1", change="held", paused=("m", "n")),
     StreamReset(seq=5, at=2000),
     StreamLagged(seq=6, at=2001),
 ]
 
-RECORDS: list[Any] = [EXIT, NEVER_STARTED, SESSION, CLOSED, WORKER, STATE, *STATE.models, STATE.sessions, STATE.host]
+RECORDS: list[Any] = [
+    EXIT, NEVER_STARTED, SESSION, CLOSED, WORKER, STATE, *STATE.models, STATE.sessions, STATE.host, STATE.execution,
+    *STATE.jobs,
+]  # fmt: skip
 
 
 def over_the_wire(data: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +183,7 @@ def test_events_keep_their_wire_shape() -> None:
 
 def test_the_state_keeps_its_wire_shape() -> None:
     data = STATE.to_json()
-    assert list(data) == ["seq", "host", "workers", "models", "sessions", "admission"]
+    assert list(data) == ["seq", "host", "workers", "models", "sessions", "admission", "execution", "jobs"]
     assert list(data["workers"][0]) == [
         "id", "model", "state", "pid", "socket", "restarts", "in_flight", "uptime_s", "ready_s", "last_exit", "memory",
     ]  # fmt: skip
@@ -164,6 +196,19 @@ def test_the_state_keeps_its_wire_shape() -> None:
         "kind": "failed", "code": "queue_full", "message": "the model is at capacity",
     }  # fmt: skip
     assert data["admission"]["m"]["rejected"] == 1
+    assert data["execution"] == {"shared": 0, "exclusive": "j-2", "waiting": ["s-9"], "paused": ["m"]}
+    assert list(data["jobs"][0]) == [
+        "id", "kind", "model", "state", "options", "progress", "result", "error", "pid", "created_at", "started_at",
+        "ended_at",
+    ]  # fmt: skip
+    assert data["jobs"][1]["result"] == {"model": "m-q4-j-1", "path": "/state/jobs/j-1/output"}
+
+
+def test_a_state_from_a_host_before_jobs_reads_as_idle() -> None:
+    data = STATE.to_json()
+    del data["execution"], data["jobs"]
+    state = HostState.from_json(data)
+    assert state.jobs == () and state.execution.exclusive is None and state.execution.waiting == ()
 
 
 def test_an_event_a_client_cannot_read_is_kept_not_raised() -> None:
@@ -285,7 +330,8 @@ def test_the_host_state_is_a_record_that_survives_the_wire(tmp_path: Path) -> No
         async with ModelPool.open(settings, specs, paths, tmp_path, hub) as pool:
             host = SimpleNamespace(
                 events=hub, started=1.0, accepting=True, pool=pool, sessions=sessions,
-                admissions={"m": Admission(max_active=2, max_queued=3)},
+                admissions={"m": Admission(max_active=2, max_queued=3)}, coordinator=ExecutionCoordinator(),
+                jobs=None,
             )  # fmt: skip
             return host_state(host)
 

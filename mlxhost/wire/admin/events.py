@@ -10,7 +10,7 @@ from mlxhost.wire.admin.record import JSON, Record, field_names
 from mlxhost.wire.admin.state import ExitRecord, Outcome
 from mlxhost.wire.launch import MemoryReading
 
-__all__ = ["AdminEvent", "AdmissionRejected", "END_HOST_STOPPING", "END_LAGGED", "EVENT_TYPES", "HostStarted", "HostStopping", "ModelEvicted", "SessionClosed", "SessionOpened", "SessionProgressed", "StreamLagged", "StreamReset", "UnknownEvent", "WorkerExhausted", "WorkerExited", "WorkerMemory", "WorkerReady", "WorkerRestarting", "WorkerSpawned", "parse_event"]
+__all__ = ["AdminEvent", "AdmissionRejected", "END_HOST_STOPPING", "END_LAGGED", "EVENT_TYPES", "ExecutionChanged", "HostStarted", "HostStopping", "JobFinished", "JobProgressed", "JobQueued", "JobStarted", "ModelEvicted", "SessionClosed", "SessionOpened", "SessionProgressed", "StreamLagged", "StreamReset", "UnknownEvent", "WorkerExhausted", "WorkerExited", "WorkerMemory", "WorkerReady", "WorkerRestarting", "WorkerSpawned", "parse_event"]
 
 # Why the host ended an event stream on purpose: the reason in its last frame, `event: end`.
 END_HOST_STOPPING = "host_stopping"
@@ -213,6 +213,69 @@ class AdmissionRejected(AdminEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobQueued(AdminEvent):
+    TYPE: ClassVar[str] = "job.queued"
+    job: str
+    kind: str
+    model: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobStarted(AdminEvent):
+    TYPE: ClassVar[str] = "job.started"
+    job: str
+    pid: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobProgressed(AdminEvent):
+    """A job's progress line, at most about once a second per job."""
+
+    TYPE: ClassVar[str] = "job.progress"
+    job: str
+    iteration: int
+    total: int
+    train_loss: float | None = None
+    val_loss: float | None = None
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode({"train_loss": None, "val_loss": None, **data})
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFinished(AdminEvent):
+    """A job reached its terminal state; `model` is the model it registered, if it succeeded."""
+
+    TYPE: ClassVar[str] = "job.finished"
+    job: str
+    state: str  # succeeded, failed, cancelled or interrupted
+    error: str | None = None
+    model: str | None = None
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode({"error": None, "model": None, **data})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionChanged(AdminEvent):
+    """The exclusive execution lease changed hands: a job waits for it, holds it, or let it go."""
+
+    TYPE: ClassVar[str] = "execution.changed"
+    owner: str  # the job's id
+    change: str  # "waiting", "held" or "released"
+    paused: tuple[str, ...] = ()  # while held: the workers paused for it
+
+    def _encode(self) -> JSON:
+        return super()._encode() | {"paused": list(self.paused)}
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode({"paused": (), **data}) | {"paused": tuple(data.get("paused", ()))}
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamReset(AdminEvent):
     """The client asked to resume before the oldest event the host keeps: re-read the state."""
 
@@ -258,6 +321,7 @@ EVENT_TYPES: Mapping[str, type[AdminEvent]] = {
         ModelEvicted,
         SessionOpened, SessionProgressed, SessionClosed,
         AdmissionRejected,
+        JobQueued, JobStarted, JobProgressed, JobFinished, ExecutionChanged,
         StreamReset, StreamLagged,
     )
 }  # fmt: skip

@@ -6,11 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlxhost.wire.admin.jobs import JobRecord
 from mlxhost.wire.admin.record import JSON, Record, field_names, optional
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import MemoryReading
 
-__all__ = ["AdmissionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "SessionRecord", "SessionsRecord", "WorkerRecord"]
+__all__ = ["AdmissionRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "SessionRecord", "SessionsRecord", "WorkerRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +158,26 @@ class AdmissionRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExecutionRecord(Record):
+    """The execution coordinator: sessions share it; a job holds it alone, pausing the workers."""
+
+    shared: int  # sessions holding a shared lease (running on a worker)
+    exclusive: str | None  # the job holding the exclusive lease
+    waiting: tuple[str, ...]  # who waits, in order: job ids, or "session" for each waiting session
+    paused: tuple[str, ...]  # workers paused for the exclusive holder
+
+    def _encode(self) -> JSON:
+        return super()._encode() | {"waiting": list(self.waiting), "paused": list(self.paused)}
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode(data) | {"waiting": tuple(data["waiting"]), "paused": tuple(data["paused"])}
+
+
+IDLE_EXECUTION = ExecutionRecord(shared=0, exclusive=None, waiting=(), paused=())
+
+
+@dataclass(frozen=True, kw_only=True)
 class HostRecord(Record):
     pid: int
     started: float  # unix seconds
@@ -174,6 +195,9 @@ class HostState(Record):
     models: tuple[ModelRecord, ...]
     sessions: SessionsRecord
     admission: Mapping[str, AdmissionRecord]  # by model id
+    # Added with managed jobs; a host from before them sends neither.
+    execution: ExecutionRecord = IDLE_EXECUTION
+    jobs: tuple[JobRecord, ...] = ()  # the latest jobs, newest first
 
     def _encode(self) -> JSON:
         return {
@@ -183,6 +207,8 @@ class HostState(Record):
             "models": [m.to_json() for m in self.models],
             "sessions": self.sessions.to_json(),
             "admission": {model: a.to_json() for model, a in self.admission.items()},
+            "execution": self.execution.to_json(),
+            "jobs": [j.to_json() for j in self.jobs],
         }
 
     @classmethod
@@ -194,4 +220,6 @@ class HostState(Record):
             "models": tuple(ModelRecord.from_json(m) for m in data["models"]),
             "sessions": SessionsRecord.from_json(data["sessions"]),
             "admission": {model: AdmissionRecord.from_json(a) for model, a in data["admission"].items()},
+            "execution": optional(ExecutionRecord, data.get("execution")) or IDLE_EXECUTION,
+            "jobs": tuple(JobRecord.from_json(j) for j in data.get("jobs", ())),
         }
