@@ -121,13 +121,14 @@ class ModelSpec:
     max_active: int | None = None  # sessions running at once; None: the host's max_active
     max_queued: int | None = None  # sessions waiting; None: the host's max_queued
     max_tokens_limit: int | None = None  # largest max_tokens; None: the host's max_tokens_limit
+    adapter: str | None = None  # a LoRA adapter directory (mlx-lm's), loaded over the model
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
 
 
-_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued", "max_tokens_limit"}
+_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued", "max_tokens_limit", "adapter"}
 
 
 def _model_specs(value: object) -> tuple[ModelSpec, ...]:
@@ -179,6 +180,9 @@ def _model_spec(item: object) -> ModelSpec:
     max_active = item.get("max_active")
     max_queued = item.get("max_queued")
     max_tokens_limit = item.get("max_tokens_limit")
+    adapter = item.get("adapter")
+    if adapter is not None and (not isinstance(adapter, str) or not adapter):
+        raise _Invalid("'adapter' must be an adapter directory")
     return ModelSpec(
         model_id,
         location,
@@ -189,6 +193,7 @@ def _model_spec(item: object) -> ModelSpec:
         None if max_active is None else _integer(1)(max_active),
         None if max_queued is None else _integer(0)(max_queued),
         None if max_tokens_limit is None else _integer(1)(max_tokens_limit),
+        adapter,
     )
 
 
@@ -279,6 +284,15 @@ class Settings:
     )
     worker_command: str | None = _option(
         None, _optional_text, "command that starts a worker (default: this Python, -m mlxhost.worker)"
+    )
+    state_dir: str | None = _option(
+        None,
+        _optional_text,
+        "where jobs, their logs and outputs are kept across restarts "
+        "(default: $XDG_STATE_HOME/mlxhost, or ~/.local/state/mlxhost)",
+    )
+    jobs_keep: int = _option(
+        50, _integer(1), "finished jobs kept, with their logs and outputs; older ones are deleted"
     )
     runtime_dir: str | None = _option(
         None, _optional_text, "where the private runtime directory goes (default: XDG_RUNTIME_DIR or /tmp)"

@@ -71,6 +71,7 @@ class RunningHost:
     models: tuple[str, ...] = ()
     load_s: float | None = None  # the model's load time, from an --in-process host's ready record
     _reader: threading.Thread | None = field(default=None, repr=False)
+    _state_dir: str | None = field(default=None, repr=False)  # made for it; removed once it stopped
 
     @property
     def pid(self) -> int:
@@ -95,6 +96,8 @@ class RunningHost:
             raise
         if self._reader is not None:
             self._reader.join(1.0)  # its last lines, for whoever reads the log next
+        if self._state_dir is not None:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
         return status
 
     # -- clients ---------------------------------------------------------------------------------
@@ -177,6 +180,13 @@ def start_host(
         command += [f"--admin-token={ADMIN_TOKEN}"]  # one argv word: a token may start with '-'
     if tcp:
         command += ["--port", "0"]
+    state_dir: str | None = None
+    if not any(a == "--state-dir" or a.startswith("--state-dir=") for a in args) and "MLXHOST_STATE_DIR" not in (
+        env or {}
+    ):
+        # A host of its own state: never the user's jobs, nor another test host's.
+        state_dir = tempfile.mkdtemp(prefix="mlxhost-state-")
+        command += ["--state-dir", state_dir]
     ready_dir = Path(tempfile.mkdtemp(prefix="mlxhost-ready-"))
     ready_file = ready_dir / "ready.json"
     try:
@@ -200,7 +210,9 @@ def start_host(
     while not any(HOST_READY in line for line in log) and reader.is_alive() and time.monotonic() < deadline:
         time.sleep(READY_POLL_S)
     unix = Path(ready.unix) if ready.unix is not None else None
-    return RunningHost(process, ready.url, unix, log, admin_token, ready.models, ready.load_s, reader)
+    return RunningHost(
+        process, ready.url, unix, log, admin_token, ready.models, ready.load_s, reader, _state_dir=state_dir
+    )
 
 
 def _admin_token(args: Sequence[str]) -> str | None:

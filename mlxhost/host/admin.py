@@ -57,6 +57,8 @@ def host_state(host: ParentState) -> HostState:
         models=tuple(host.pool.snapshot()),
         sessions=sessions_record(host),
         admission={model: a.statistics() for model, a in host.admissions.items()},
+        execution=host.coordinator.record(),
+        jobs=tuple(host.jobs.recent()) if host.jobs is not None else (),
     )
 
 

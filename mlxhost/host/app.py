@@ -18,6 +18,9 @@ from starlette.routing import Route
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.admin import admin_routes, host_state
+from mlxhost.host.coordinator import ExecutionCoordinator
+from mlxhost.host.jobs.routes import job_routes
+from mlxhost.host.jobs.runner import JobRunner
 from mlxhost.host.metrics import CONTENT_TYPE, HostMetrics
 from mlxhost.host.pool import ModelPool, UnknownModel
 from mlxhost.host.relay import SessionResponse, forward, refusal
@@ -42,6 +45,8 @@ def create_host_app(
     sessions: SessionRegistry | None = None,
     admin_token: str | None = None,
     api_keys: frozenset[str] = frozenset(),
+    coordinator: ExecutionCoordinator | None = None,
+    jobs: JobRunner | None = None,
 ) -> Starlette:
     app = Starlette(
         routes=[
@@ -56,12 +61,21 @@ def create_host_app(
             Route("/openapi.json", openapi, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             *admin_routes,
+            *job_routes,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=front_door(settings, api_keys, admin_token),
     )
     sessions = sessions or SessionRegistry(pool.events)
-    parent = ParentState(pool, settings, sessions=sessions, events=sessions.events, admin_token=admin_token)
+    parent = ParentState(
+        pool,
+        settings,
+        sessions=sessions,
+        events=sessions.events,
+        admin_token=admin_token,
+        coordinator=coordinator or ExecutionCoordinator(),
+        jobs=jobs,
+    )
     parent.metrics = HostMetrics(lambda: host_state(parent))
     sessions.on_close = parent.metrics.session_closed
     app.state.parent = parent
@@ -87,6 +101,7 @@ async def generate(request: Request) -> Any:
     return SessionResponse(
         pool=state.pool,
         admission=admission,
+        coordinator=state.coordinator,
         sessions=state.sessions,
         spec=spec,
         body=body,
@@ -154,7 +169,12 @@ def _peek(body: bytes) -> _Routing:
 
 
 def _model_card(request: Request, model_id: str) -> dict[str, object]:
-    return {"id": model_id, "object": "model", "created": parent_state(request).started, "owned_by": "mlxhost"}
+    state = parent_state(request)
+    card: dict[str, object] = {"id": model_id, "object": "model", "created": state.started, "owned_by": "mlxhost"}
+    origin = state.pool.origins.get(model_id)
+    if origin is not None:
+        card["metadata"] = dict(origin)  # the job that made it
+    return card
 
 
 async def list_models(request: Request) -> Response:

@@ -55,7 +55,12 @@ def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket:
         if getattr(spec, name) is not None:
             options[name] = getattr(spec, name)
     return LaunchRecord(
-        worker_id=spec.id, socket=str(socket), model_path=str(model_path), model_id=spec.id, options=options
+        worker_id=spec.id,
+        socket=str(socket),
+        model_path=str(model_path),
+        model_id=spec.id,
+        options=options,
+        adapter_path=spec.adapter,
     )
 
 

@@ -1,7 +1,7 @@
 """GET /metrics: the host in Prometheus text format, through prometheus-client.
 
 Counters and histograms are fed as sessions close; gauges (running and waiting sessions, worker
-state, restarts, memory) are read from the live host at scrape time, so they are never stale.
+state, restarts, memory, the execution lease and jobs) are read from the live host at scrape time, so they are never stale.
 """
 
 from __future__ import annotations
@@ -25,24 +25,34 @@ class HostMetrics:
     def __init__(self, read_state: Callable[[], HostState]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "mlxhost_requests", "Requests answered, by model and HTTP status", ["model", "status"],
+            "mlxhost_requests",
+            "Requests answered, by model and HTTP status",
+            ["model", "status"],
             registry=self.registry,
         )
         self.tokens = Counter(
-            "mlxhost_tokens", "Tokens processed, by model and kind (prompt, completion)", ["model", "kind"],
+            "mlxhost_tokens",
+            "Tokens processed, by model and kind (prompt, completion)",
+            ["model", "kind"],
             registry=self.registry,
         )
         self.outcomes = Counter(
-            "mlxhost_sessions_closed", "Sessions closed, by model, outcome and reason",
-            ["model", "outcome", "reason"], registry=self.registry,
+            "mlxhost_sessions_closed",
+            "Sessions closed, by model, outcome and reason",
+            ["model", "outcome", "reason"],
+            registry=self.registry,
         )
         self.ttft = Histogram(
-            "mlxhost_time_to_first_token_seconds", "From arrival to the first streamed text", ["model"],
+            "mlxhost_time_to_first_token_seconds",
+            "From arrival to the first streamed text",
+            ["model"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
         )
         self.token_latency = Histogram(
-            "mlxhost_token_latency_seconds", "Average time per generated token after the first", ["model"],
+            "mlxhost_token_latency_seconds",
+            "Average time per generated token after the first",
+            ["model"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
             registry=self.registry,
         )
@@ -76,8 +86,12 @@ class _LiveCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         state = self._read_state()
-        running = GaugeMetricFamily("mlxhost_sessions_running", "Sessions running, by model", labels=["model"])
-        waiting = GaugeMetricFamily("mlxhost_sessions_waiting", "Sessions waiting, by model", labels=["model"])
+        running = GaugeMetricFamily(
+            "mlxhost_sessions_running", "Sessions running, by model", labels=["model"]
+        )
+        waiting = GaugeMetricFamily(
+            "mlxhost_sessions_waiting", "Sessions waiting, by model", labels=["model"]
+        )
         rejected = CounterMetricFamily(
             "mlxhost_admission_rejected", "Requests refused with 429, by model", labels=["model"]
         )
@@ -99,3 +113,33 @@ class _LiveCollector(Collector):
             for kind, value in (worker.memory.__dict__ if worker.memory else {}).items():
                 memory.add_metric([worker.id, kind.removesuffix("_bytes")], value)
         yield from (running, waiting, rejected, restarts, worker_state, memory)
+        yield from _execution(state)
+
+
+def _execution(state: HostState) -> Iterator[Metric]:
+    """Who holds the execution lease, who waits for it, and the jobs in line or running."""
+    execution = state.execution
+    yield GaugeMetricFamily(
+        "mlxhost_execution_shared", "Sessions holding a shared execution lease", execution.shared
+    )
+    yield GaugeMetricFamily(
+        "mlxhost_execution_exclusive",
+        "1 while a job holds the exclusive execution lease",
+        1.0 if execution.exclusive else 0.0,
+    )
+    yield GaugeMetricFamily(
+        "mlxhost_execution_waiting",
+        "Sessions and jobs waiting for an execution lease",
+        len(execution.waiting),
+    )
+    yield GaugeMetricFamily("mlxhost_workers_paused", "Workers paused for a job", len(execution.paused))
+    jobs = GaugeMetricFamily(
+        "mlxhost_jobs", "Jobs queued or running, by kind and state", labels=["kind", "state"]
+    )
+    counts: dict[tuple[str, str], int] = {}
+    for job in state.jobs:
+        if job.state in ("queued", "running"):
+            counts[(job.kind, job.state)] = counts.get((job.kind, job.state), 0) + 1
+    for (kind, job_state), count in sorted(counts.items()):
+        jobs.add_metric([kind, job_state], count)
+    yield jobs

@@ -8,6 +8,9 @@ first reading). To make room, the least recently used idle worker is drained and
 worker with requests in flight, or waited for, is never chosen. A ready model unused for its idle
 TTL is unloaded.
 
+Models can join while the host runs: a managed job's output (`register`), served like any other.
+No worker starts while a job holds the exclusive execution lease (`spawn_gate`).
+
 A worker chosen to go leaves the pool at once, before it has stopped: no request is routed to it
 from then on, and requests for its model start a fresh worker. Taking a worker and counting a
 request in flight on it happen with no checkpoint in between (`acquire`, then `Supervisor.lease`),
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -54,12 +57,15 @@ class ModelPool:
         task_group: anyio.abc.TaskGroup,
         events: EventHub | None = None,
         on_progress: Callable[[SessionProgress], None] | None = None,
+        spawn_gate: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.events = events or EventHub()
         self._on_progress = on_progress
+        self._spawn_gate = spawn_gate
         self.settings = settings
         self.specs = specs
         self.default = specs[0]
+        self.origins: dict[str, Mapping[str, str]] = {}  # a registered model's metadata (its job)
         self._paths = paths
         self._runtime_dir = runtime_dir
         self._tg = task_group
@@ -80,9 +86,10 @@ class ModelPool:
         runtime_dir: Path,
         events: EventHub | None = None,
         on_progress: Callable[[SessionProgress], None] | None = None,
+        spawn_gate: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncIterator[ModelPool]:
         async with anyio.create_task_group() as tg:
-            pool = cls(settings, specs, paths, runtime_dir, tg, events, on_progress)
+            pool = cls(settings, specs, paths, runtime_dir, tg, events, on_progress, spawn_gate)
             tg.start_soon(pool._unload_idle)
             try:
                 yield pool
@@ -103,6 +110,36 @@ class ModelPool:
                 + ", ".join(repr(s.id) for s in self.specs)
             )
         return self.default
+
+    def resolve_exact(self, name: str) -> ModelSpec | None:
+        """The model called `name` (id or alias), never the default in its place."""
+        return self._names.get(name)
+
+    def path_of(self, model_id: str) -> Path:
+        return self._paths[model_id]
+
+    def register(self, spec: ModelSpec, path: Path, origin: Mapping[str, str]) -> None:
+        """Serve one more model from now on (a job's output); its name must be new."""
+        if any(name in self._names for name in spec.names):
+            raise ValueError(f"the model name '{spec.id}' is taken")
+        self.specs = (*self.specs, spec)
+        self._paths[spec.id] = path
+        self._names.update({name: spec for name in spec.names})
+        self.origins[spec.id] = origin
+
+    def unregister(self, model_id: str) -> None:
+        """Stop serving a registered model (its job was deleted); a resident worker is drained and stopped."""
+        spec = self._names.get(model_id)
+        if spec is None or model_id not in self.origins:
+            return
+        self.specs = tuple(s for s in self.specs if s is not spec)
+        for name in spec.names:
+            self._names.pop(name, None)
+        self.origins.pop(model_id, None)
+        supervisor = self._resident.get(model_id)
+        if supervisor is not None:
+            self._retire(supervisor, "deleted")
+            self._tg.start_soon(supervisor.stop, True)
 
     def supervisors(self) -> list[Supervisor]:
         return list(self._resident.values())
@@ -184,6 +221,7 @@ class ModelPool:
             self._runtime_dir / f"w{next(self._socket_ids)}.sock",
             self.events,
             self._on_progress,
+            spawn_gate=self._spawn_gate,
         )
         self._resident[spec.id] = supervisor
         await self._tg.start(self._supervise, supervisor)

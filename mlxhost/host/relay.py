@@ -1,4 +1,4 @@
-"""One session, run end to end: admit it, find its worker, relay the answer, record the outcome.
+"""One session, run end to end: admit it, take its shared execution lease, find its worker, relay the answer, record the outcome.
 
 `SessionResponse` is the ASGI response the generation routes return. Everything a session does
 happens inside its own cancel scope, in the request's task: waiting in the admission queue,
@@ -30,6 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from mlxhost.config import ModelSpec
 from mlxhost.host.admission import Admission, QueueFull
+from mlxhost.host.coordinator import CoordinatorClosed, ExecutionCoordinator
 from mlxhost.host.events import EventHub
 from mlxhost.host.pool import ModelPool
 from mlxhost.host.sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
@@ -81,6 +82,7 @@ class SessionResponse:
         *,
         pool: ModelPool,
         admission: Admission,
+        coordinator: ExecutionCoordinator,
         sessions: SessionRegistry,
         spec: ModelSpec,
         body: bytes,
@@ -92,6 +94,7 @@ class SessionResponse:
     ) -> None:
         self.pool = pool
         self.admission = admission
+        self.coordinator = coordinator
         self.sessions = sessions
         self.spec = spec
         self.body = body
@@ -131,7 +134,7 @@ class SessionResponse:
 
     async def _run(self, session: Session, client: _Client) -> Outcome:
         try:
-            async with self.admission.slot(session):
+            async with self.admission.slot(session), self.coordinator.shared(session.id):
                 session.advance(SessionState.PREPARING)
                 try:
                     supervisor = await _acquire(self.pool, self.spec)
@@ -141,6 +144,8 @@ class SessionResponse:
                 # requests in flight, so this one stays routable.
                 with supervisor.lease() as pid:
                     return await self._relay(session, client, supervisor, pid)
+        except CoordinatorClosed:
+            return await client.error(ServiceUnavailable("the server is shutting down", code="shutting_down"))
         except QueueFull:
             return await client.error(refusal(self.spec.id, self.admission, self.sessions.events, session.id))
 

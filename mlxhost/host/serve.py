@@ -18,7 +18,9 @@ from mlxhost.client.discovery import announce, withdraw
 from mlxhost.config import ConfigError, Settings, binds
 from mlxhost.errors import StartupError
 from mlxhost.host.app import create_host_app
+from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
+from mlxhost.host.jobs.runner import JobRunner
 from mlxhost.host.pool import ModelPool
 from mlxhost.host.sessions import CancelReason, SessionRegistry
 from mlxhost.host.state import ParentState
@@ -74,10 +76,22 @@ async def serve_host(settings: Settings) -> None:
             tg.start_soon(shutdown.watch_signals)
             events = EventHub()
             sessions = SessionRegistry(events)
-            async with ModelPool.open(
-                settings, specs, paths, runtime_dir, events, sessions.progress
-            ) as pool:
-                app = create_host_app(pool, settings, sessions, token_file.read_text(), keys)
+            coordinator = ExecutionCoordinator()
+            async with (
+                ModelPool.open(
+                    settings,
+                    specs,
+                    paths,
+                    runtime_dir,
+                    events,
+                    sessions.progress,
+                    spawn_gate=coordinator.wait_no_exclusive,
+                ) as pool,
+                JobRunner.open(settings, pool, coordinator, events) as jobs,
+            ):
+                app = create_host_app(
+                    pool, settings, sessions, token_file.read_text(), keys, coordinator=coordinator, jobs=jobs
+                )
                 events.publish(HostStarted(pid=os.getpid(), models=tuple(s.id for s in specs)))
                 async with anyio.create_task_group() as preloading:
                     # A signal during a slow first load stops waiting for it.
@@ -120,6 +134,7 @@ async def _drain_on_shutdown(host: ParentState, pool: ModelPool, shutdown: Shutd
     # Cancelled sessions end their streams with an error chunk saying why: let them write it
     # before Hypercorn closes the connections.
     host.sessions.cancel_all(CancelReason.SHUTDOWN)
+    host.coordinator.close()  # sessions waiting behind a job leave the line
     with anyio.move_on_after(2.0):
         await host.sessions.wait_empty()
     async with anyio.create_task_group() as tg:

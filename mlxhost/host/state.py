@@ -1,4 +1,5 @@
-"""What the parent's routes share: the model pool, the sessions, the event hub, admission, metrics.
+"""What the parent's routes share: the model pool, the sessions, the event hub, admission, the
+execution coordinator, the job runner, metrics.
 
 One `ParentState` per running parent, kept on the Starlette app (`app.state.parent`); the admin
 routes and the generation routes read it through `parent_state(request)`.
@@ -8,15 +9,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.admission import Admission
+from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
 from mlxhost.host.metrics import HostMetrics
 from mlxhost.host.pool import ModelPool
 from mlxhost.host.sessions import SessionRegistry
+
+if TYPE_CHECKING:
+    from mlxhost.host.jobs.runner import JobRunner
 
 __all__ = ["ParentState", "parent_state"]
 
@@ -29,6 +35,8 @@ class ParentState:
     sessions: SessionRegistry = field(default_factory=SessionRegistry)
     events: EventHub = field(default_factory=EventHub)
     admissions: dict[str, Admission] = field(default_factory=dict)
+    coordinator: ExecutionCoordinator = field(default_factory=ExecutionCoordinator)
+    jobs: JobRunner | None = None  # None: jobs are off (another host owns the state directory)
     admin_token: str | None = None
     metrics: HostMetrics | None = None
     accepting: bool = True

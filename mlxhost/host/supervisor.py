@@ -13,15 +13,20 @@ the supervisor waits for an operator's restart, which also resets the budget.
 Stopping drains in-flight requests, then SIGTERM, then SIGKILL after `stop_timeout`. A terminal's
 Ctrl-C reaches the parent only, which drains workers as it does on SIGTERM; a worker draining on
 its own (`"status": "stopping"`) is alive, not hung.
+
+For a managed job, `paused()` holds the running worker paused (its private `POST /admin/lease`,
+mlxhost.worker.pause) and the `spawn_gate` holds back every spawn, so that no worker computes
+or loads while the job has the machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -31,7 +36,7 @@ from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.launch import launch_record
 from mlxhost.host.restart_budget import GiveUp, RestartBudget
-from mlxhost.host.upstream import WorkerClient
+from mlxhost.host.upstream import UpstreamError, UpstreamResponse, WorkerClient
 from mlxhost.host.worker_process import WorkerProcess
 from mlxhost.host.worker_status import WorkerExit, WorkerState, WorkerUnavailable
 from mlxhost.wire.admin import (
@@ -43,11 +48,15 @@ from mlxhost.wire.admin import (
     WorkerRestarting,
     WorkerSpawned,
 )
-from mlxhost.wire.launch import MemoryReading, SessionProgress
+from mlxhost.wire.launch import PAUSE_LEASE_PATH, MemoryReading, SessionProgress
 
 __all__ = ["Supervisor"]
 
 logger = logging.getLogger("mlxhost.supervisor")
+
+# Beyond drain_timeout, which the worker's running generations get: its answer, and freeing the cache.
+PAUSE_MARGIN = 5.0
+MAX_LEASE_LINE = 4096
 
 
 class Supervisor:
@@ -59,6 +68,8 @@ class Supervisor:
         socket_path: Path,
         events: EventHub | None = None,
         on_progress: Callable[[SessionProgress], None] | None = None,
+        *,
+        spawn_gate: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.events = events or EventHub()
         self._on_progress = on_progress
@@ -79,6 +90,9 @@ class Supervisor:
         self.retired = False  # the pool took it out of service (evicted or unloaded)
         self.last_used = time.monotonic()
         self.client: WorkerClient | None = None
+        self.paused_now = False  # a `paused()` block holds the running worker paused
+        # Awaited before every spawn: returns once a process may start (no job holds the machine).
+        self._spawn_gate = spawn_gate
         self._worker: WorkerProcess | None = None  # the process running now
         self._changed = anyio.Event()
         self._idle = anyio.Event()
@@ -86,6 +100,7 @@ class Supervisor:
         self._terminate = anyio.Event()  # end the current process (stop, or a planned restart)
         self._resume = anyio.Event()  # an operator asked an exhausted worker to try again
         self._closing = False
+        self._stopping = anyio.Event()  # set with _closing: ends a wait at the spawn gate
         self._planned_restart = False
         self._drain_on_stop = True
         self._closed = anyio.Event()
@@ -192,6 +207,82 @@ class Supervisor:
         if self._worker is not None:
             self._worker.kill()
 
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[MemoryReading | None]:
+        """Hold the worker paused for the block; yields its memory once paused, or None if none runs.
+
+        Its running generations finish first (nothing is cancelled), then it takes in nothing new
+        and gives MLX's cached memory back; leaving the block resumes it. A process still loading
+        is waited for, then paused. With no process (stopped, restarting, held at the spawn gate,
+        or gone while asked) nothing computes or holds MLX memory, so that yields None: the job
+        may run. Raises `WorkerUnavailable` when it is not paused within `drain_timeout` plus a
+        margin, or refuses: a job must not share the machine with a worker still computing.
+        A worker that dies while paused ends the pause; leaving the block is then quiet.
+        """
+        while self.client is None and self._worker is not None:  # spawned, not ready yet
+            await self._changed.wait()
+        client = self.client
+        if client is None:
+            yield None
+            return
+        held = await self._lease(client)
+        if held is None:
+            yield None
+            return
+        response, body, reading = held
+        self.paused_now = True
+        logger.info("worker %s: paused", self.id)
+        try:
+            yield reading
+        finally:
+            self.paused_now = False
+            await _end_lease(response, body)
+            logger.info("worker %s: resumed", self.id)
+
+    async def _lease(
+        self, client: WorkerClient
+    ) -> tuple[UpstreamResponse, AsyncIterator[bytes], MemoryReading] | None:
+        """Ask for a pause lease and wait until it is held; None if the process is gone."""
+        wait = self.settings.drain_timeout + PAUSE_MARGIN
+        response: UpstreamResponse | None = None
+        body: AsyncIterator[bytes] | None = None
+        try:
+            with anyio.fail_after(wait):
+                response = await client.post(PAUSE_LEASE_PATH, {}, b"")
+                if not response.is_success:
+                    raise WorkerUnavailable(
+                        f"the worker of '{self.id}' refused to pause (HTTP {response.status_code})",
+                        code="pause_refused",
+                    )
+                body = response.aiter_raw()
+                line = b""
+                async for chunk in body:  # left open after the first line: the lease is held
+                    line += chunk
+                    if b"\n" in line or len(line) > MAX_LEASE_LINE:
+                        break
+                first = json.loads(line.partition(b"\n")[0])
+                reading = MemoryReading(**first["memory"])
+        except UpstreamError as exc:  # it ended meanwhile: nothing left to pause
+            logger.info("worker %s: not paused, it is gone (%s)", self.id, exc)
+            return None
+        except BaseException as exc:
+            if response is not None:
+                await _end_lease(response, body)
+            if isinstance(exc, TimeoutError):
+                raise WorkerUnavailable(
+                    f"the worker of '{self.id}' did not pause within {wait:g}s: its generations are "
+                    "still running",
+                    code="pause_timeout",
+                ) from None
+            if isinstance(exc, ValueError | KeyError | TypeError):
+                raise WorkerUnavailable(
+                    f"the worker of '{self.id}' answered its pause lease with something else: {exc!r}",
+                    code="pause_refused",
+                ) from exc
+            raise
+        assert body is not None
+        return response, body, reading
+
     def snapshot(self) -> WorkerRecord:
         now = time.monotonic()
         return WorkerRecord(
@@ -214,6 +305,8 @@ class Supervisor:
         task_status.started()
         try:
             while not self._closing:
+                if not await self._wait_spawn_gate():
+                    break
                 exit = await self._run_process()
                 if self._closing:
                     break
@@ -261,6 +354,26 @@ class Supervisor:
         if not self._closing:
             self._set_state(WorkerState.STARTING)
 
+    async def _wait_spawn_gate(self) -> bool:
+        """Before a spawn: wait until the gate lets a process start; False if stopped meanwhile.
+
+        The state stays what it was (starting, restarting): requests wait, or are told when to
+        come back, as they would through a slow load.
+        """
+        gate = self._spawn_gate
+        if gate is not None and not self._closing:
+            async with anyio.create_task_group() as tg:
+
+                async def stop_waiting() -> None:
+                    await self._stopping.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_waiting)
+                await gate()
+                tg.cancel_scope.cancel()
+        self._planned_restart = False  # an operator's restart asked for while none ran: this spawn
+        return not self._closing
+
     async def _run_process(self) -> WorkerExit:
         self._terminate = anyio.Event()
         self.socket_path.unlink(missing_ok=True)
@@ -284,6 +397,7 @@ class Supervisor:
                 self.client = None
             # Gone: no pid to show or signal, no memory it holds.
             self._worker, self.pid, self.memory, self.ready_since = None, None, None, None
+            self.paused_now = False  # a pause ends with the process it paused
             assert worker.exit is not None  # `run` sets it, even when cancelled
             self._exited(worker.exit)
         return worker.exit
@@ -330,6 +444,7 @@ class Supervisor:
 
     def _begin_stop(self, drain: bool) -> None:
         self._closing = True
+        self._stopping.set()
         self._drain_on_stop = drain
         self._terminate.set()
         self._resume.set()
@@ -343,3 +458,9 @@ class Supervisor:
         self._changed.set()
         self._changed = anyio.Event()
 
+
+async def _end_lease(response: UpstreamResponse, body: AsyncIterator[bytes] | None) -> None:
+    with anyio.CancelScope(shield=True):
+        await response.aclose()  # closes the connection, unread: that is what ends the lease
+        if isinstance(body, AsyncGenerator):
+            await body.aclose()  # now rather than when it is collected; nothing is left to close

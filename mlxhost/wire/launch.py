@@ -24,6 +24,7 @@ from typing import Any
 __all__ = [
     "WORKER_EVENT",
     "EXIT_BAD_LAUNCH",
+    "PAUSE_LEASE_PATH",
     "PROTOCOL_VERSION",
     "WORKER_READY",
     "BadLaunchRecord",
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
+# The worker's private route that pauses it for a managed job for as long as the request's
+# connection lasts; the first line of its answer, once paused, is {"paused": true, "memory": {...}}.
+PAUSE_LEASE_PATH = "/admin/lease"
 WORKER_READY = "MLXHOST-READY "
 WORKER_EVENT = "MLXHOST-EVENT "
 EXIT_BAD_LAUNCH = 2
@@ -53,6 +57,7 @@ class LaunchRecord:
     # Serving options, by their Settings names (max_batch, default_max_tokens, ...).
     options: dict[str, Any] = field(default_factory=dict)
     version: int = PROTOCOL_VERSION
+    adapter_path: str | None = None  # LoRA adapters loaded over the model
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
@@ -80,6 +85,8 @@ class LaunchRecord:
                 raise BadLaunchRecord(f"malformed launch record: '{name}' must be a non-empty string")
         if not isinstance(record.options, dict):
             raise BadLaunchRecord("malformed launch record: 'options' must be an object")
+        if record.adapter_path is not None and (not isinstance(record.adapter_path, str) or not record.adapter_path):
+            raise BadLaunchRecord("malformed launch record: 'adapter_path' must be a non-empty string or null")
         return record
 
 

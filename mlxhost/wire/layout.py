@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ADMIN_TOKEN_FILE", "HOST_READY", "READY_FILE_ENV", "HostReady", "discovery_file"]
+__all__ = ["ADMIN_TOKEN_FILE", "HOST_READY", "JOBS_DB", "JOBS_DIR", "READY_FILE_ENV", "STATE_LOCK", "HostReady", "default_state_dir", "discovery_file"]
 
 # The log line `mlxhost serve` writes once it serves: "mlxhost ready: model M ... on ADDRESSES".
 # Not to be confused with the worker's `launch.WORKER_READY`, which only the parent reads.
@@ -77,3 +77,15 @@ def discovery_file() -> Path:
     """Where the local host's discovery record is: one per user (see `client.discovery`)."""
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     return Path(base) / f"mlxhost-{os.getuid()}.json"
+
+
+# The state directory (`state_dir`): what outlives a host. One host owns it at a time (STATE_LOCK).
+JOBS_DB = "jobs.db"  # SQLite: the job store
+JOBS_DIR = "jobs"  # one folder per job: spec.json, log.jsonl, stderr.log, output/
+STATE_LOCK = "lock"
+
+
+def default_state_dir() -> Path:
+    """$XDG_STATE_HOME/mlxhost, or ~/.local/state/mlxhost as the XDG base directory spec says."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mlxhost"

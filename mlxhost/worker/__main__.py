@@ -132,6 +132,7 @@ async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> 
         shutdown,
         on_ready,
         background,
+        adapter_path=record.adapter_path,
     )
     if shutdown.reason == PARENT_GONE:
         # Nobody is left to remove the parent's runtime directory; the last worker out does

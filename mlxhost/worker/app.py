@@ -1,4 +1,7 @@
-"""The Starlette app: OpenAI-compatible routes for one engine, health, and the OpenAPI document."""
+"""The Starlette app: OpenAI-compatible routes for one engine, health, and the OpenAPI document.
+
+In a worker it also takes the parent's pause leases (`POST /admin/lease`, pause.py).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
 from mlxhost.worker.engine import Engine, EngineStopped
 from mlxhost.worker.messages import count_tokens, messages
+from mlxhost.worker.pause import LEASE_PATH, Pauses, lease
 from mlxhost.worker.responses import responses
 from mlxhost.worker.routes import Serving, chat_completions, completions, serving, shutting_down
 
@@ -31,8 +35,12 @@ logger = logging.getLogger("mlxhost.worker")
 
 
 def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
+    # Only on a worker's private socket, which only its parent can reach: in-process this app is
+    # the public one, where anyone could pause the model.
+    private = [] if settings.in_process else [Route(LEASE_PATH, lease, methods=["POST"])]
     app = Starlette(
         routes=[
+            *private,
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
@@ -49,6 +57,7 @@ def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
         middleware=front_door(settings, api_keys(settings)) if settings.in_process else None,
     )
     app.state.serving = Serving(engine, settings, model_id)
+    app.state.pauses = Pauses(engine)
     app.state.started = int(time.time())
     return app
 
@@ -91,6 +100,7 @@ async def health(request: Request) -> Response:
     return JSONResponse(
         {
             "status": status,
+            "paused": engine.paused,  # held for a managed job (pause.py): alive, taking in nothing new
             "step_seconds": round(busy, 3),  # in the generation thread's current step
             "model": service.model_id,
             "context_length": engine.context_length,

@@ -6,6 +6,10 @@ ones (their KV cache goes with them), and hands each session's new text to the e
 without ever waiting for it. `mx.eval` releases the GIL, so the event loop keeps serving while a
 step computes. The event loop only submits sessions, sets their cancel flags and reads the
 counters; the engine (engine.py) ties the two sides together.
+
+While the pause gate is closed (a managed job holds the machine, see pause.py) the thread takes in
+no session: the running ones finish, then it frees MLX's cached memory and says so; the sessions
+submitted meanwhile wait, in order, until the gate opens.
 """
 
 from __future__ import annotations
@@ -72,6 +76,14 @@ class Batching:
         self.waiting = 0  # submitted, not yet taken in
         self.wake = threading.Event()
         self.stopping = False
+        # The pause gate, closed and opened by the engine: while `paused`, no session is taken
+        # in. Each closing gets a new `pause_number`; once the batch is empty the thread frees
+        # MLX's cache and calls `on_quiet` with it (in this thread; it must not wait).
+        self.paused = False
+        self.pause_number = 0
+        self.on_quiet: Callable[[int], None] = lambda number: None
+        self._quiet_number = 0  # the closing this thread last went quiet for
+        self._deferred: list[GenerationSession] = []  # taken from `incoming` while paused, in order
         # When the thread began the work it is in now (None: waiting for work); the health check
         # reads it to tell a hung thread from a busy one.
         self.busy_since: float | None = None
@@ -106,8 +118,9 @@ class Batching:
                     self._take_incoming(generator)
                     self._remove_cancelled(generator)
                     if not self.rows:
-                        if self.stopping and self.incoming.empty():
+                        if self.stopping and self.incoming.empty() and not self._deferred:
                             return
+                        self._quiet_if_paused()
                         self.busy_since = None
                         self.wake.wait()
                         continue
@@ -124,8 +137,19 @@ class Batching:
             generator.close()
             mx.synchronize()  # no computation may outlive the thread that owns its stream
 
+    def _quiet_if_paused(self) -> None:
+        # The number first: a gate opened and closed again meanwhile has a new one, and the
+        # engine ignores a report for an older closing (the thread comes round again for it).
+        number = self.pause_number
+        if self.paused and number != self._quiet_number:
+            # Nothing runs, so nothing holds the buffers MLX keeps for reuse: they go back to
+            # the system for the job. The prompt cache is kept; the job does not need its bytes.
+            mx.clear_cache()
+            self._quiet_number = number
+            self.on_quiet(number)
+
     def _take_incoming(self, generator: Any) -> None:
-        sessions: list[GenerationSession] = []
+        sessions, self._deferred = self._deferred, []
         while True:
             try:
                 sessions.append(self.incoming.get_nowait())
@@ -133,15 +157,19 @@ class Batching:
                 break
         if not sessions:
             return
-        self.waiting -= len(sessions)
+        gate_closed = self.paused
         outputs = []
         admitted = []
         for session in sessions:
             if session.cancel_reason is not None:
+                # Answered even while paused: a client that left must not wait for the job.
                 self.counters.cancelled += 1
                 outputs.append((session, _cancelled(session, 0)))
+            elif gate_closed:
+                self._deferred.append(session)
             else:
                 admitted.append(session)
+        self.waiting -= len(sessions) - len(self._deferred)
         if admitted:
             samplers = self._sampler_cache
             prompt_cache = self._prompt_cache

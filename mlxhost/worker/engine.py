@@ -4,7 +4,8 @@ The model is loaded, and every MLX operation runs, in one generation thread (bat
 steps mlx-lm's BatchGenerator over all open sessions. Prompts are encoded in a tokenizer thread
 (tokenizer.py), never on the event loop. The engine is the event loop's side of both: it opens
 sessions, hands them to the generation thread, passes each session the output that thread hands
-back, and says when everything is idle or a session has finished.
+back, and says when everything is idle or a session has finished. It also holds the pause gate
+that pause.py closes for a managed job: `close_gate`, `wait_quiet`, `open_gate`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class EngineOptions:
     # Each hand-over wakes the loop, whose Python then holds the GIL the generation thread needs
     # between steps; readers send frames only every stream_interval anyway.
     publish_interval: float = 0.0
+    adapter_path: str | None = None  # LoRA adapters (mlx-lm's adapter directory) loaded over the model
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class Engine:
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
         self._prompt_cache = PromptCache(options.prompt_cache_entries, options.prompt_cache_bytes)
         self._batching = Batching(self._prompt_cache, options.publish_interval, self._hand_over)
+        self._batching.on_quiet = self._report_quiet
+        self._quiet = anyio.Event()  # set once the thread is quiet for the current closing of the gate
         # Called on the event loop as each session ends, before its reader sees the end.
         self.on_finished: Callable[[GenerationSession], None] | None = None
 
@@ -140,7 +144,7 @@ class Engine:
     def _thread_main(self, started: Callable[[], object]) -> None:
         """The generation thread: load the model, then batch until the engine stops."""
         began = time.perf_counter()
-        model, loaded = mlx_lm.load(str(self.model_path))[:2]
+        model, loaded = mlx_lm.load(str(self.model_path), adapter_path=self.options.adapter_path)[:2]
         tokenizer = self._tokenizer = Tokenizer(loaded)
         self.vocab_size = tokenizer.vocab_size
         logits = getattr(getattr(model, "args", None), "vocab_size", None)
@@ -236,6 +240,46 @@ class Engine:
             "cache_bytes": mx.get_cache_memory(),
             "peak_bytes": mx.get_peak_memory(),
         }
+
+    # -- the pause gate (pause.py counts the leases that hold it) --------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self._batching.paused
+
+    def close_gate(self) -> None:
+        """Take in no new session until `open_gate`; running ones finish, submitted ones wait."""
+        batching = self._batching
+        if batching.paused:
+            return
+        self._quiet = anyio.Event()
+        batching.pause_number += 1
+        batching.paused = True
+        batching.wake.set()
+
+    def open_gate(self) -> None:
+        """Resume: the sessions that waited are taken in before the next step."""
+        self._batching.paused = False
+        self._batching.wake.set()
+
+    async def wait_quiet(self) -> None:
+        """With the gate closed: until no sequence is in the batch and MLX's cache is freed."""
+        assert self._batching.paused, "the gate is open"
+        await self._quiet.wait()
+
+    def _report_quiet(self, number: int) -> None:
+        # In the generation thread, like _hand_over.
+        if self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._quieted, number)
+        except RuntimeError:
+            pass  # the event loop is closed
+
+    def _quieted(self, number: int) -> None:
+        batching = self._batching
+        if batching.paused and number == batching.pause_number:
+            self._quiet.set()
 
     def _stop(self) -> None:
         self._batching.stopping = True  # no new sessions; the thread ends once none is left

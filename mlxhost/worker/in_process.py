@@ -48,6 +48,8 @@ async def serve_in_process(settings: Settings) -> None:
         await shutdown.watch_signals()
 
     try:
-        await serve_model(settings, path, spec.id, binds(settings), shutdown, on_ready, background)
+        await serve_model(
+            settings, path, spec.id, binds(settings), shutdown, on_ready, background, adapter_path=spec.adapter
+        )
     except* BindError as group:
         raise StartupError(str(group.exceptions[0])) from None

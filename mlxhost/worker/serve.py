@@ -38,6 +38,7 @@ async def serve_model(
     shutdown: Shutdown,
     on_ready: Callable[[Engine, Listener], None],
     background: Background | None = None,
+    adapter_path: str | None = None,
 ) -> None:
     """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
     options = EngineOptions(
@@ -47,6 +48,7 @@ async def serve_model(
         prompt_cache_entries=settings.prompt_cache_size,
         prompt_cache_bytes=settings.prompt_cache_mb << 20,
         publish_interval=min(settings.stream_interval / 4, PUBLISH_INTERVAL_MAX),
+        adapter_path=adapter_path,
     )
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id)

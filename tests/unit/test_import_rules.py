@@ -2,8 +2,9 @@
 
 - `mlxhost.wire` is data: it imports nothing of ours outside itself, and no web server, event
   loop, HTTP client or MLX.
-- Only `mlxhost.worker` imports MLX or mlx-lm; the parent (`host`), the clients, the console, the
-  shared runtime and the test harness never import the worker, so the parent never loads MLX.
+- Only `mlxhost.worker` (a model's worker process) and `mlxhost.job` (a job's process) import MLX or
+  mlx-lm; the parent (`host`), the clients, the console, the shared runtime and the test harness
+  import neither, so the parent never loads MLX.
 - The console, the clients and the shared runtime never import the parent either.
 - `mlxhost.cli` is the one dispatcher allowed to reach the worker: `serve --in-process` runs it.
 """
@@ -75,7 +76,7 @@ def test_the_contracts_import_nothing_of_ours_but_themselves() -> None:
 
 @pytest.mark.parametrize("folder", ["mlxhost/host", "mlxhost/client", "mlxhost/runtime", "tui"])
 def test_the_parent_clients_and_console_never_import_the_worker_or_mlx(folder: str) -> None:
-    assert _violations(_sources(folder), ("mlxhost.worker", *MLX)) == []
+    assert _violations(_sources(folder), ("mlxhost.worker", "mlxhost.job", *MLX)) == []
 
 
 @pytest.mark.parametrize("folder", ["mlxhost/client", "mlxhost/runtime", "tui"])
@@ -84,8 +85,10 @@ def test_clients_and_the_shared_runtime_never_reach_into_the_parent(folder: str)
     assert _violations(_sources(folder), ("mlxhost.host",)) == []
 
 
-def test_only_the_worker_imports_mlx() -> None:
-    outside = [p for p in _sources("mlxhost", "tui", "scripts") if not _within(_module_name(p), "mlxhost.worker")]
+def test_only_the_worker_and_the_job_process_import_mlx() -> None:
+    outside = [
+        p for p in _sources("mlxhost", "tui", "scripts") if not _within(_module_name(p), "mlxhost.worker", "mlxhost.job")
+    ]
     # The benchmark measures raw mlx-lm as its baseline: that is the one place outside the worker.
     outside = [p for p in outside if "bench" not in p.relative_to(ROOT).parts[:2]]
     assert _violations(outside, MLX) == []
@@ -95,6 +98,12 @@ def test_only_the_cli_reaches_into_the_worker() -> None:
     top_level = [p for p in _sources("mlxhost") if not _within(_module_name(p), "mlxhost.worker")]
     found = _violations([p for p in top_level if p.name != "cli.py"], ("mlxhost.worker",))
     assert found == []
+
+
+def test_nothing_reaches_into_the_job_process() -> None:
+    """The parent starts a job as `python -m mlxhost.job`; it never imports it (nor MLX with it)."""
+    others = [p for p in _sources("mlxhost", "tui") if not _within(_module_name(p), "mlxhost.job")]
+    assert _violations(others, ("mlxhost.job",)) == []
 
 
 def test_the_rules_see_a_violation(tmp_path: Path) -> None:

@@ -1,0 +1,149 @@
+"""A job request checked against this host: its model, its dataset, its adapter.
+
+`parse_job_request` (the wire) checked the body's shape; this checks what only the host can know,
+before anything is created, so that a refused submission leaves nothing behind. Each refusal is a
+400 naming the field. A path is taken from the admin API only (never from /v1), and a job writes
+only under the state directory, never where a request says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlxhost.config import ModelSpec
+from mlxhost.wire.admin.job_requests import FinetuneRequest, FuseRequest, JobRequest, QuantizeRequest
+from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobState
+from mlxhost.wire.errors import InvalidRequest
+from mlxhost.wire.inert import excerpt
+
+__all__ = ["ResolvedJob", "resolve"]
+
+DATASET_FILES = ("train.jsonl", "valid.jsonl")
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    kind: JobKind
+    model: ModelSpec  # the model the job reads
+    model_path: Path
+    options: dict[str, Any]  # as the record keeps them (paths absolute)
+    adapter_path: Path | None = None  # fuse: the fine-tune's adapters
+
+
+def resolve(
+    request: JobRequest,
+    find_model: Callable[[str], tuple[ModelSpec, Path] | None],
+    find_job: Callable[[str], JobRecord | None],
+) -> ResolvedJob:
+    """The request made concrete; InvalidRequest naming the field otherwise."""
+    if isinstance(request, FuseRequest):
+        return _fuse(request, find_model, find_job)
+    spec, path = _model(request.model, find_model)
+    if spec.adapter is not None:
+        raise InvalidRequest(
+            f"model: '{spec.id}' is a model with LoRA adapters; fuse them first (a fuse job), "
+            "then work on the fused model",
+            param="model",
+        )
+    options = request.options()
+    if isinstance(request, FinetuneRequest):
+        options["data"] = str(_dataset(request.data))
+        layers = _config(path).get("num_hidden_layers")
+        if isinstance(layers, int) and request.num_layers > layers:
+            raise InvalidRequest(
+                f"num_layers: {request.num_layers}, but '{spec.id}' has {layers} layers (-1 adapts all)",
+                param="num_layers",
+            )
+        return ResolvedJob(JobKind.FINETUNE, spec, path, options)
+    assert isinstance(request, QuantizeRequest)
+    if _quantized(path):
+        raise InvalidRequest(f"model: '{spec.id}' is already quantized", param="model")
+    return ResolvedJob(JobKind.QUANTIZE, spec, path, options)
+
+
+def _fuse(
+    request: FuseRequest,
+    find_model: Callable[[str], tuple[ModelSpec, Path] | None],
+    find_job: Callable[[str], JobRecord | None],
+) -> ResolvedJob:
+    adapter_job = find_job(request.adapter)
+    if adapter_job is None:
+        raise InvalidRequest(f"adapter: no job '{excerpt(request.adapter)}'", param="adapter")
+    if adapter_job.kind != JobKind.FINETUNE or adapter_job.job_state is not JobState.SUCCEEDED:
+        raise InvalidRequest(
+            f"adapter: job '{adapter_job.id}' is a {adapter_job.kind} job in state {adapter_job.state}; "
+            "a fuse needs a succeeded finetune",
+            param="adapter",
+        )
+    assert adapter_job.result is not None
+    spec, path = _model(request.model or adapter_job.model, find_model)
+    options = {"adapter": adapter_job.id}
+    return ResolvedJob(JobKind.FUSE, spec, path, options, adapter_path=Path(adapter_job.result.path))
+
+
+def _model(name: str, find_model: Callable[[str], tuple[ModelSpec, Path] | None]) -> tuple[ModelSpec, Path]:
+    found = find_model(name)
+    if found is None:
+        raise InvalidRequest(
+            f"model: this host has no model '{excerpt(name)}'", param="model", code="model_not_found"
+        )
+    return found
+
+
+def _dataset(data: str) -> Path:
+    path = Path(data).expanduser()
+    if not path.is_absolute():
+        raise InvalidRequest(
+            f"data: '{excerpt(data)}' is a relative path; give the dataset directory's absolute path",
+            param="data",
+        )
+    if not path.is_dir():
+        raise InvalidRequest(f"data: no directory at '{excerpt(data)}'", param="data")
+    for name in DATASET_FILES:
+        file = path / name
+        if not file.is_file():
+            raise InvalidRequest(
+                f"data: '{excerpt(data)}' has no {name} (a fine-tune needs {' and '.join(DATASET_FILES)})",
+                param="data",
+            )
+        if not os.access(file, os.R_OK):
+            raise InvalidRequest(f"data: the host cannot read {file}", param="data")
+        _first_line(file)
+    return path.resolve()
+
+
+def _first_line(file: Path) -> None:
+    """A malformed dataset is refused now, not minutes into the job: its first line must be a JSON object."""
+    try:
+        with file.open("rb") as handle:
+            line = handle.readline(1 << 20)
+    except OSError as exc:
+        raise InvalidRequest(f"data: cannot read {file}: {exc.strerror}", param="data") from None
+    try:
+        ok = isinstance(json.loads(line), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidRequest(
+            f"data: {file.name} line 1 is not a JSON object (one example per line: "
+            '{"messages": [...]}, {"prompt": ..., "completion": ...} or {"text": ...})',
+            param="data",
+        )
+
+
+def _quantized(path: Path) -> bool:
+    config = _config(path)
+    return "quantization" in config or "quantization_config" in config
+
+
+def _config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}

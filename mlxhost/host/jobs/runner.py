@@ -1,0 +1,503 @@
+"""The job runner: takes submissions, runs them one at a time under the exclusive lease, keeps them.
+
+    queued → running → succeeded | failed | cancelled | interrupted
+
+A job waits in line (FIFO) for the execution coordinator's exclusive lease: sessions already
+running finish first, later ones wait behind it. Holding it, the runner pauses every resident
+worker (each through a lease on the worker's own socket, so a host that dies releases it), runs
+the job's process (`JobProcess`), follows its log for progress, and on success registers its
+output as a model the pool serves at once. Then the workers resume and the lease goes back.
+
+Everything durable is under the state directory: the store (`jobs.db`), and one folder per job
+holding its spec, its log, the process's own output (`stderr.log`) and its result (`output/`).
+One host owns a state directory at a time (an advisory lock); a second host on the same one runs
+without jobs rather than let two runners mark each other's jobs interrupted.
+
+At start, a job the store says is queued or running belongs to a host that is gone: it becomes
+`interrupted` (its process, if one is somehow still alive, is killed first). Never resumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import IO
+
+import anyio
+import anyio.abc
+
+from mlxhost.config import ModelSpec, Settings
+from mlxhost.host.coordinator import ExecutionCoordinator
+from mlxhost.host.events import EventHub
+from mlxhost.host.jobs.process import JobProcess, process_alive
+from mlxhost.host.jobs.requests import resolve
+from mlxhost.host.jobs.store import JobStore, now_ms
+from mlxhost.host.jobs.tail import tail
+from mlxhost.host.pool import ModelPool, UnknownModel
+from mlxhost.host.worker_status import WorkerUnavailable
+from mlxhost.wire.admin import ExecutionChanged, JobFinished, JobProgressed, JobQueued, JobStarted
+from mlxhost.wire.admin.job_requests import JobRequest
+from mlxhost.wire.admin.jobs import (
+    INTERRUPTED_BY_EXIT,
+    PARTIAL_SUFFIX,
+    JobKind,
+    JobLogEvent,
+    JobProgress,
+    JobRecord,
+    JobResult,
+    JobState,
+    LaunchedJob,
+    parse_log_line,
+)
+from mlxhost.wire.errors import AdmissionRefused
+from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
+from mlxhost.wire.layout import JOBS_DB, JOBS_DIR, STATE_LOCK, default_state_dir
+
+__all__ = ["JobConflict", "JobRunner", "UnknownJob"]
+
+logger = logging.getLogger("mlxhost.jobs")
+
+MAX_QUEUED = 16  # jobs waiting to run; more are refused with 429
+RECENT = 20  # jobs the state snapshot carries
+PROGRESS_EVERY = 1.0  # seconds between progress writes to the store and the event stream
+LOG_POLL = 0.5  # seconds between looks at a running job's log for progress
+HOST_STOPPED = "the host stopped while the job ran"
+
+
+class UnknownJob(Exception):
+    pass
+
+
+class JobConflict(Exception):
+    """The job is not in a state that allows this (e.g. cancelling a finished job)."""
+
+
+class JobRunner:
+    def __init__(
+        self,
+        settings: Settings,
+        state_dir: Path,
+        store: JobStore,
+        pool: ModelPool,
+        coordinator: ExecutionCoordinator,
+        events: EventHub,
+    ) -> None:
+        self.settings = settings
+        self.state_dir = state_dir
+        self.store = store
+        self.pool = pool
+        self.coordinator = coordinator
+        self.events = events
+        self._jobs_dir = state_dir / JOBS_DIR
+        self._send, self._receive = anyio.create_memory_object_stream[str](MAX_QUEUED)
+        self._current: str | None = None
+        self._waiting_scope: anyio.CancelScope | None = None  # the current job's wait for the lease
+        self._cancel = anyio.Event()  # the current job was asked to stop
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, settings: Settings, pool: ModelPool, coordinator: ExecutionCoordinator, events: EventHub
+    ) -> AsyncIterator[JobRunner | None]:
+        """The runner for `settings.state_dir`, or None when another host owns that directory."""
+        state_dir = Path(settings.state_dir).expanduser() if settings.state_dir else default_state_dir()
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _owned(state_dir) as owned:
+            if not owned:
+                logger.warning(
+                    "another mlxhost owns the state directory %s: jobs are off for this host "
+                    "(give it its own with --state-dir)",
+                    state_dir,
+                )
+                yield None
+                return
+            store = JobStore(state_dir / JOBS_DB)
+            try:
+                runner = cls(settings, state_dir, store, pool, coordinator, events)
+                runner._recover()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(runner._run_queue)
+                    try:
+                        yield runner
+                    finally:
+                        tg.cancel_scope.cancel()
+            finally:
+                store.close()
+
+    # -- for the admin routes ----------------------------------------------------------------
+
+    def submit(self, request: JobRequest) -> JobRecord:
+        """Check, record and queue a job; raises InvalidRequest (400) or AdmissionRefused (429)."""
+        resolved = resolve(request, self._find_model, self.store.get)
+        queued = len(self.store.in_states([JobState.QUEUED]))
+        if queued >= MAX_QUEUED:
+            raise AdmissionRefused(
+                f"{queued} jobs are already waiting to run; try again later", code="queue_full"
+            )
+        job_id = _new_id()
+        job_dir = self._jobs_dir / job_id
+        job_dir.mkdir(parents=True, mode=0o700)
+        options = {**resolved.options, "model_path": str(resolved.model_path)}
+        launched = LaunchedJob(
+            version=LaunchedJob.VERSION,
+            id=job_id,
+            kind=resolved.kind.value,
+            model_path=str(resolved.model_path),
+            output=str(job_dir / "output"),
+            log=str(job_dir / "log.jsonl"),
+            options=options,
+            adapter_path=None if resolved.adapter_path is None else str(resolved.adapter_path),
+        )
+        (job_dir / "spec.json").write_text(json.dumps(launched.to_json(), indent=2))
+        record = JobRecord(
+            id=job_id,
+            kind=resolved.kind.value,
+            model=resolved.model.id,
+            state=JobState.QUEUED.value,
+            options=options,
+            progress=None,
+            result=None,
+            error=None,
+            pid=None,
+            created_at=now_ms(),
+            started_at=None,
+            ended_at=None,
+        )
+        self.store.create(record)
+        self._send.send_nowait(job_id)  # room: at most MAX_QUEUED are queued, checked above
+        self.events.publish(JobQueued(job=job_id, kind=record.kind, model=record.model))
+        return record
+
+    def get(self, job_id: str) -> JobRecord:
+        record = self.store.get(job_id)
+        if record is None:
+            raise UnknownJob(job_id)
+        return record
+
+    def all(self) -> list[JobRecord]:
+        return self.store.newest()
+
+    def recent(self) -> list[JobRecord]:
+        return self.store.newest(RECENT)
+
+    def log_path(self, job_id: str) -> Path:
+        return self._jobs_dir / job_id / "log.jsonl"
+
+    def cancel(self, job_id: str) -> JobRecord:
+        record = self.get(job_id)
+        if record.job_state.terminal:
+            raise JobConflict(f"job '{job_id}' has already ended ({record.state})")
+        if job_id != self._current:
+            # Still in line: it never runs (the queue skips a job no longer queued).
+            return self._finish(job_id, JobState.CANCELLED, "cancelled before it started")
+        if self._waiting_scope is not None:
+            self._waiting_scope.cancel()  # waiting for the lease: it leaves the line
+        self._cancel.set()
+        return record
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def _run_queue(self) -> None:
+        async with self._receive:
+            async for job_id in self._receive:
+                record = self.store.get(job_id)
+                if record is None or record.job_state is not JobState.QUEUED:
+                    continue  # cancelled while queued
+                self._current, self._cancel = job_id, anyio.Event()
+                try:
+                    await self._run(record)
+                finally:
+                    self._current = None
+
+    async def _run(self, record: JobRecord) -> None:
+        job_id = record.id
+        self.events.publish(ExecutionChanged(owner=job_id, change="waiting"))
+        with anyio.CancelScope() as waiting:
+            self._waiting_scope = waiting
+            async with self.coordinator.exclusive(job_id):
+                self._waiting_scope = None
+                try:
+                    async with AsyncExitStack() as paused:
+                        names = await self._pause_workers(paused)
+                        self.coordinator.paused = names
+                        self.events.publish(ExecutionChanged(owner=job_id, change="held", paused=names))
+                        await self._execute(record)
+                finally:
+                    self.coordinator.paused = ()
+        self._waiting_scope = None
+        if waiting.cancelled_caught:
+            self._finish(job_id, JobState.CANCELLED, "cancelled before it started")
+        self.events.publish(ExecutionChanged(owner=job_id, change="released"))
+        self._prune()
+
+    async def _pause_workers(self, stack: AsyncExitStack) -> tuple[str, ...]:
+        """Pause every worker that runs a process (one still loading once it is up); their names."""
+        names: list[str] = []
+        for supervisor in self.pool.supervisors():
+            try:
+                reading = await stack.enter_async_context(supervisor.paused())
+            except WorkerUnavailable as exc:
+                # Sessions cannot run while the job holds the lease, so a worker that does not
+                # pause is stuck in something else; the job goes on rather than wait on it.
+                logger.warning("job: could not pause worker %s: %s", supervisor.id, exc)
+                continue
+            if reading is not None:  # None: no process runs (stopped, restarting, held back)
+                names.append(supervisor.id)
+        return tuple(names)
+
+    async def _execute(self, record: JobRecord) -> None:
+        job_id = record.id
+        job_dir = self._jobs_dir / job_id
+        try:
+            process = await JobProcess.spawn(job_dir / "spec.json", job_dir / "stderr.log")
+        except OSError as exc:
+            self._finish(
+                job_id, JobState.FAILED, f"cannot start the job process: {excerpt(exc, MESSAGE_CHARS)}"
+            )
+            return
+        self.store.update(
+            job_id, state=JobState.RUNNING, pid=process.pid, pid_started=process.started, started_at=now_ms()
+        )
+        self.events.publish(JobStarted(job=job_id, pid=process.pid))
+        logger.info("job %s (%s of %s): started, pid %d", job_id, record.kind, record.model, process.pid)
+        stopped_by_host = False
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._follow_progress, job_id)
+
+                async def cancel_on_request() -> None:
+                    await self._cancel.wait()
+                    await process.cancel(self.settings.stop_timeout)
+
+                tg.start_soon(cancel_on_request)
+                await process.wait()
+                tg.cancel_scope.cancel()
+        except BaseException:
+            # The host is stopping: the job ends itself when its stdin closes, logging why.
+            stopped_by_host = True
+            with anyio.CancelScope(shield=True):
+                await process.abandon(self.settings.stop_timeout)
+                self._conclude(record, process.returncode, stopped_by_host)
+                await process.aclose()
+            raise
+        await process.aclose()
+        self._conclude(record, process.returncode, stopped_by_host)
+
+    def _conclude(self, record: JobRecord, code: int | None, stopped_by_host: bool) -> None:
+        """The job's state from its log's terminal line; the host writes that line when the job could not."""
+        job_id = record.id
+        terminal, progress = self._read_log(job_id)
+        if progress is not None:
+            self.store.update(job_id, progress=progress)  # the last word, which the follower may not have had
+        error: str | None
+        if terminal is None:
+            if stopped_by_host:
+                state, error = JobState.INTERRUPTED, HOST_STOPPED
+            elif self._cancel.is_set():
+                state, error = JobState.CANCELLED, "cancelled"
+            else:
+                state, error = JobState.FAILED, self._exit_error(job_id, code)
+            self._append(job_id, JobLogEvent(state.value, now_ms(), {"error": error}))
+        else:
+            state = JobState(terminal.type)
+            said = terminal.data.get("error")
+            error = None if state is JobState.SUCCEEDED or said is None else str(said)
+        if state is JobState.SUCCEEDED:
+            try:
+                self._register(self.store.get(job_id) or record)
+            except (OSError, ValueError) as exc:
+                # The job said it succeeded; its output is unusable: the log keeps its word, the record not.
+                self._finish(
+                    job_id, JobState.FAILED, f"its output cannot be served: {excerpt(exc, MESSAGE_CHARS)}"
+                )
+                return
+            self._finish(job_id, JobState.SUCCEEDED, None)
+            return
+        self._discard_output(job_id)
+        self._finish(job_id, state, str(error) if error else state.value)
+
+    def _finish(self, job_id: str, state: JobState, error: str | None) -> JobRecord:
+        record = self.store.update(
+            job_id, state=state, error=error, pid=None, pid_started=None, ended_at=now_ms()
+        )
+        model = record.result.model if record.result else None
+        self.events.publish(JobFinished(job=job_id, state=state.value, error=error, model=model))
+        log = logger.info if state is JobState.SUCCEEDED else logger.warning
+        log(
+            "job %s: %s%s",
+            job_id,
+            state.value,
+            f" ({error})" if error else f", serving {model}" if model else "",
+        )
+        return record
+
+    async def _follow_progress(self, job_id: str) -> None:
+        """Fold the log's progress lines into the store and the event stream, at most once a second."""
+        latest: JobProgress | None = None
+        written: JobProgress | None = None
+        last_write = 0.0
+        async for item in tail(
+            self.log_path(job_id), lambda: self.store.get(job_id), follow=True, quiet=LOG_POLL
+        ):
+            if item is not None:
+                latest = _fold(latest, item[1])
+            now = anyio.current_time()
+            if latest is not None and latest is not written and now - last_write >= PROGRESS_EVERY:
+                self.store.update(job_id, progress=latest)
+                self.events.publish(
+                    JobProgressed(
+                        job=job_id,
+                        iteration=latest.iteration,
+                        total=latest.total,
+                        train_loss=latest.train_loss,
+                        val_loss=latest.val_loss,
+                    )
+                )
+                written, last_write = latest, now
+
+    # -- models made by jobs ---------------------------------------------------------------------
+
+    def _register(self, record: JobRecord) -> None:
+        output = self._jobs_dir / record.id / "output"
+        if not output.is_dir():
+            raise ValueError(f"it wrote no output at {output}")
+        base_path = Path(str(record.options["model_path"]))
+        kind = JobKind(record.kind)
+        if kind is JobKind.FINETUNE:
+            name = f"{record.model}-lora-{record.id}"
+            spec, path = ModelSpec(name, str(base_path), adapter=str(output)), base_path
+        else:
+            suffix = f"q{record.options['bits']}" if kind is JobKind.QUANTIZE else "fused"
+            name = f"{record.model}-{suffix}-{record.id}"
+            spec, path = ModelSpec(name, str(output)), output
+        if record.result is None:
+            self.store.update(record.id, result=JobResult(model=name, path=str(output)))
+        if self.pool.resolve_exact(name) is None:
+            self.pool.register(spec, path, {"job": record.id, "kind": record.kind, "base": record.model})
+
+    def _find_model(self, name: str) -> tuple[ModelSpec, Path] | None:
+        spec = self.pool.resolve_exact(name)
+        return None if spec is None else (spec, self.pool.path_of(spec.id))
+
+    # -- start and housekeeping --------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        for record in self.store.in_states([JobState.QUEUED, JobState.RUNNING]):
+            process = self.store.process_of(record.id)
+            if process is not None and process_alive(*process):
+                # Its host died without it noticing (it ends itself when its stdin closes): end it.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process[0], signal.SIGKILL)
+            self._discard_output(record.id)
+            self._finish(record.id, JobState.INTERRUPTED, INTERRUPTED_BY_EXIT)
+        for record in self.store.in_states([JobState.SUCCEEDED]):
+            try:
+                self._register(record)
+            except (OSError, ValueError, KeyError, UnknownModel) as exc:
+                logger.warning("job %s: its model cannot be served: %s", record.id, exc)
+        self._prune()
+
+    def _prune(self) -> None:
+        for record in self.store.beyond(self.settings.jobs_keep):
+            if record.result is not None:
+                self.pool.unregister(record.result.model)
+            shutil.rmtree(self._jobs_dir / record.id, ignore_errors=True)
+            self.store.delete(record.id)
+
+    def _read_log(self, job_id: str) -> tuple[JobLogEvent | None, JobProgress | None]:
+        """The log's first terminal line, and its progress folded."""
+        try:
+            text = self.log_path(job_id).read_bytes()
+        except FileNotFoundError:
+            return None, None
+        progress: JobProgress | None = None
+        for line in text.splitlines():
+            try:
+                event = parse_log_line(line)
+            except ValueError:
+                continue
+            if event.terminal:
+                return event, progress
+            progress = _fold(progress, event)
+        return None, progress
+
+    def _append(self, job_id: str, event: JobLogEvent) -> None:
+        path = self.log_path(job_id)
+        with path.open("ab") as log:
+            if log.tell() and not _ends_with_newline(path):
+                log.write(b"\n")  # a torn last line stays torn, not glued to ours
+            log.write(event.line().encode())
+
+    def _exit_error(self, job_id: str, code: int | None) -> str:
+        how = (
+            f"exited with status {code}"
+            if code is not None and code >= 0
+            else f"was killed by signal {-(code or 0)}"
+        )
+        last = _last_lines(self._jobs_dir / job_id / "stderr.log")
+        return f"the job process {how}" + (f": {last}" if last else "")
+
+    def _discard_output(self, job_id: str) -> None:
+        output = self._jobs_dir / job_id / "output"
+        for path in (output, output.with_name("output" + PARTIAL_SUFFIX)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _new_id() -> str:
+    return secrets.token_hex(4)
+
+
+def _fold(latest: JobProgress | None, event: JobLogEvent) -> JobProgress | None:
+    progress = event.progress()
+    if progress is None:
+        return latest
+    if latest is not None:
+        # A validation line carries only val_loss, a training line only train_loss: keep both.
+        if progress.train_loss is None:
+            progress = dataclasses.replace(progress, train_loss=latest.train_loss)
+        if progress.val_loss is None:
+            progress = dataclasses.replace(progress, val_loss=latest.val_loss)
+    return progress
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as file:
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) == b"\n"
+
+
+def _last_lines(path: Path, count: int = 3) -> str:
+    try:
+        with path.open("rb") as file:
+            file.seek(max(0, path.stat().st_size - 4096))
+            lines = [
+                line.strip() for line in file.read().decode(errors="replace").splitlines() if line.strip()
+            ]
+    except OSError:
+        return ""
+    return excerpt(" | ".join(lines[-count:]), MESSAGE_CHARS)
+
+
+@contextlib.contextmanager
+def _owned(state_dir: Path) -> Iterator[bool]:
+    """Hold the state directory's lock for the block; False when another process holds it."""
+    lock: IO[bytes] = (state_dir / STATE_LOCK).open("ab")
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        lock.close()  # releases the lock
