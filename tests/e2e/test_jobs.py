@@ -158,7 +158,9 @@ def test_a_finetune_succeeds_and_its_adapter_serves_at_once(
     # The admin event stream told the story too.
     story = [
         (e["type"], e.get("change"))
-        for e in admin_events_until(admin, lambda e: e["type"] == "execution.changed" and e["change"] == "released")
+        for e in admin_events_until(
+            admin, lambda e: e["type"] == "execution.changed" and e["change"] == "released"
+        )
         if e.get("job", e.get("owner")) == job["id"]
     ]
     assert story[0] == ("job.queued", None)
@@ -378,6 +380,36 @@ def test_a_job_killed_with_its_host_is_interrupted_after_a_restart(
         assert events[-1][1] is terminal[0]
         assert text.endswith("event: end\ndata: {}\n\n")
         assert not (state / "jobs" / job["id"] / "output").exists()
+
+
+def test_a_host_stopped_mid_job_ends_the_job_and_exits_cleanly(
+    tiny_model: Path, tmp_path: Path, dataset: Path
+) -> None:
+    state = tmp_path / "state"
+    first = start_host("--model", str(tiny_model), "--state-dir", str(state), "--stop-timeout", "20")
+    try:
+        with first.http(timeout=60.0) as admin:
+            job = submit(
+                admin,
+                kind="finetune",
+                model="tiny",
+                data=str(dataset),
+                iters=FOREVER,
+                steps_per_report=1,
+                num_layers=-1,
+            )
+            queued = submit(admin, kind="quantize", model="tiny", group_size=32)
+            pid = wait_running(admin, job["id"])["pid"]
+    finally:
+        assert first.stop(signal.SIGTERM) == 0, "".join(first.log[-30:])
+    assert not _alive(pid)
+    with start_host("--model", str(tiny_model), "--state-dir", str(state)) as second, second.http() as admin:
+        stopped = admin.get(f"/admin/jobs/{job['id']}").json()
+        assert (stopped["state"], stopped["error"]) == ("interrupted", "the host exited")
+        never = admin.get(f"/admin/jobs/{queued['id']}").json()
+        assert (never["state"], never["error"]) == ("interrupted", "the host stopped before the job ran")
+        _, events = tail(admin, job["id"])
+        assert [e["type"] for _, e in events if e["type"] in TERMINAL] == ["interrupted"]
 
 
 def test_a_second_host_on_the_same_state_dir_runs_without_jobs(tiny_model: Path, tmp_path: Path) -> None:

@@ -131,6 +131,9 @@ class JobRunner:
                         yield runner
                     finally:
                         tg.cancel_scope.cancel()
+                # The running job ended itself (see _execute); those still in line never will run.
+                for record in store.in_states([JobState.QUEUED]):
+                    runner._finish(record.id, JobState.INTERRUPTED, "the host stopped before the job ran")
             finally:
                 store.close()
 
