@@ -37,13 +37,56 @@ def _parser() -> argparse.ArgumentParser:
         ("tui", "the operator console for a running host"),
     ):
         command = commands.add_parser(name, help=help, description=help)
-        where = command.add_mutually_exclusive_group()
-        where.add_argument("--url", help="the host's HTTP address (default: the local host)")
-        where.add_argument("--unix", help="the host's Unix socket")
-        command.add_argument("--token", help="admin token (default: MLXHOST_ADMIN_TOKEN, or the local host's)")
+        _where(command)
         if name == "status":
             command.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _jobs_parser(commands)
     return parser
+
+
+def _where(command: argparse.ArgumentParser) -> None:
+    """The flags that say which host to ask, as `status` takes them."""
+    where = command.add_mutually_exclusive_group()
+    where.add_argument("--url", help="the host's HTTP address (default: the local host)")
+    where.add_argument("--unix", help="the host's Unix socket")
+    command.add_argument("--token", help="admin token (default: MLXHOST_ADMIN_TOKEN, or the local host's)")
+
+
+def _jobs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    help = "a running host's managed jobs: fine-tune, quantize, fuse"
+    jobs = commands.add_parser("jobs", help=help, description=help)
+    actions = jobs.add_subparsers(dest="action", required=True)
+    submit = actions.add_parser(
+        "submit", help="queue a job and print its id",
+        description="Queue a job; options left out take the host's defaults. Prints the job's id.",
+    )  # fmt: skip
+    submit.add_argument("kind", choices=["finetune", "quantize", "fuse"], metavar="KIND",
+                        help="finetune (LoRA), quantize or fuse")  # fmt: skip
+    submit.add_argument("--model", help="the model to work on (fuse: the fine-tune's, by default)")
+    submit.add_argument("--data", help="finetune: a dataset directory with train.jsonl and valid.jsonl")
+    submit.add_argument("--iters", type=int, help="finetune: training iterations")
+    submit.add_argument("--batch-size", type=int, help="finetune: batch size")
+    submit.add_argument("--learning-rate", type=float, help="finetune: learning rate")
+    submit.add_argument("--rank", type=int, help="finetune: LoRA rank")
+    submit.add_argument("--num-layers", type=int, help="finetune: layers to adapt (-1: all)")
+    submit.add_argument("--bits", type=int, help="quantize: bits per weight")
+    submit.add_argument("--group-size", type=int, help="quantize: group size")
+    submit.add_argument("--adapter", help="fuse: the id of a succeeded fine-tune")
+    submit.add_argument("--json", action="store_true", help="print the job's record as JSON")
+    listing = actions.add_parser("list", help="the host's jobs, newest first")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show = actions.add_parser("show", help="one job: its options, progress and result")
+    show.add_argument("id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print the job's record as JSON")
+    tail = actions.add_parser(
+        "tail", help="follow a job's log until it ends (exit 0 only if it succeeded)",
+        description="Follow a job's log until it ends; exit 0 if it succeeded, 1 if not.",
+    )  # fmt: skip
+    tail.add_argument("id", metavar="ID")
+    cancel = actions.add_parser("cancel", help="cancel a queued or running job")
+    cancel.add_argument("id", metavar="ID")
+    for command in (submit, listing, show, tail, cancel):
+        _where(command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -56,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if command == "tui":
         _tui(args["url"], args["unix"], args["token"])
         return
+    if command == "jobs":
+        from mlxhost.client.jobs import run_jobs
+
+        sys.exit(run_jobs(**args))
     config_file = args.pop("config")
     try:
         settings = load_settings(cli=args, config_file=config_file)

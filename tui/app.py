@@ -1,5 +1,6 @@
 """The console app: the network side. It reads the host's state, follows its events, and asks it
-to cancel sessions and restart workers, each in a Textual worker so that the screen never waits.
+to cancel sessions and jobs and restart workers, each in a Textual worker so that the screen never
+waits. (A job's log is read by its own screen, `JobLogScreen`, while it is shown.)
 
 One loop (`watch_host`) owns the event stream: it reads the state, subscribes after the state's
 `seq`, and on any failure says so and tries again, resuming after the last event it has. A second
@@ -20,9 +21,9 @@ from textual import work
 from textual.app import App
 from textual.screen import Screen
 
-from mlxhost.client.admin import AdminClient, Target
+from mlxhost.client.admin import AdminClient, AdminRefused, Target
 from mlxhost.wire.admin import END_HOST_STOPPING, END_LAGGED, BadRecord, StreamLagged, StreamReset
-from mlxhost_tui.model import host_identity
+from mlxhost_tui.model import host_identity, strip_controls
 from mlxhost_tui.screens import MainScreen
 
 __all__ = ["ConsoleApp", "make_app"]
@@ -154,6 +155,22 @@ class ConsoleApp(App[None]):
             self.notify(f"{session_id} is already over.", severity="warning")
         else:
             self.notify(f"Cancelling {session_id}: HTTP {code}.", severity="error")
+
+    @work(group="actions")
+    async def cancel_job(self, job_id: str) -> None:
+        try:
+            async with AdminClient(self.target) as client:
+                record = await client.cancel_job(job_id)
+        except AdminRefused as exc:
+            if exc.status_code == 409:
+                self.notify(f"{job_id} is already over.", severity="warning")
+            else:
+                self.notify(f"Cancelling {job_id}: {strip_controls(exc.message)}", severity="error")
+            return
+        except (httpx.HTTPError, OSError, BadRecord) as exc:
+            self.notify(f"Could not cancel {job_id}: {_why(exc)}", severity="error")
+            return
+        self.notify(f"{job_id} cancelled." if record.job_state.terminal else f"Cancelling {job_id}.")
 
     @work(group="actions")
     async def restart_worker(self, worker_id: str) -> None:

@@ -2,9 +2,9 @@
 
 The admin API's state snapshot and its events, as the records of `mlxhost.wire.admin`, fold into
 one `ConsoleModel` (`load` a snapshot, `apply` an event, or `ingest` both as the network loop
-receives them) that holds the host, its workers, sessions and admission gauges (mlxhost_tui.parts)
-and tells the event log what to add. The widgets only draw it. Nothing here does I/O or imports
-Textual, so the fold is tested on its own.
+receives them) that holds the host, its workers, sessions, admission gauges and managed jobs
+(mlxhost_tui.parts) and tells the event log what to add. The widgets only draw it. Nothing here
+does I/O or imports Textual, so the fold is tested on its own.
 
 Times are wall-clock seconds: a snapshot's ages count back from `now`, an event's times come from
 its `at` (so events replayed after a reconnect keep their own times).
@@ -19,7 +19,12 @@ from typing import Any, TypeVar, cast
 from mlxhost.wire.admin import (
     AdminEvent,
     AdmissionRejected,
+    ExecutionChanged,
     HostState,
+    JobFinished,
+    JobProgressed,
+    JobQueued,
+    JobStarted,
     ModelEvicted,
     SessionClosed,
     SessionOpened,
@@ -32,13 +37,14 @@ from mlxhost.wire.admin import (
     WorkerSpawned,
 )
 from mlxhost.wire.inert import CONTROLS  # the same characters the host escapes: none reach the terminal
-from mlxhost_tui.parts import Gauge, HostInfo, SessionRow, WorkerRow, event_time
+from mlxhost_tui.parts import Gauge, HostInfo, JobRow, SessionRow, WorkerRow, event_time
 
 __all__ = ["QUIET_EVENTS", "ConsoleModel", "LogEntry", "Note", "host_identity", "strip_controls"]
 
 # Frequent events that only update the tables; the log would be nothing else.
-QUIET_EVENTS = (SessionProgressed, WorkerMemory)
+QUIET_EVENTS = (SessionProgressed, WorkerMemory, JobProgressed)
 WORKER_EVENTS = (WorkerSpawned, WorkerReady, WorkerExited, WorkerRestarting, WorkerExhausted, WorkerMemory)
+JOB_EVENTS = (JobStarted, JobProgressed, JobFinished)
 
 _T = TypeVar("_T")
 
@@ -110,6 +116,7 @@ class ConsoleModel:
         self.workers: dict[str, WorkerRow] = {}
         self.sessions: dict[str, SessionRow] = {}
         self.gauges: dict[str, Gauge] = {}
+        self.jobs: dict[str, JobRow] = {}  # newest first, as the host lists them
 
     @classmethod
     def from_snapshot(cls, state: HostState, now: float) -> ConsoleModel:
@@ -150,6 +157,7 @@ class ConsoleModel:
         self._load_sessions(state, now, stale)
         self._load_gauges(state)
         if not stale:
+            self._load_jobs(state)  # events report all a job does: an older snapshot has nothing new
             self.host = HostInfo.from_state(state, now)
             self.seq = state.seq
         elif self.host is not None:
@@ -167,6 +175,7 @@ class ConsoleModel:
             self.seq = event.seq
             self._apply_worker(event)
             self._apply_session(event)
+            self._apply_job(event)
             if isinstance(event, AdmissionRejected):
                 self.gauges.setdefault(event.model, Gauge(event.model)).on_event(event)
             if self.host is not None:
@@ -227,6 +236,19 @@ class ConsoleModel:
             gauges.setdefault(model, Gauge(model)).update(record)
         self.gauges = gauges
 
+    def _load_jobs(self, state: HostState) -> None:
+        jobs: dict[str, JobRow] = {}
+        for record in state.jobs:
+            job = self.jobs.get(record.id)
+            if job is None:
+                job = JobRow.from_record(record)
+            else:
+                job.update(record)
+            job.read_execution(state.execution)
+            jobs[job.id] = job
+        # The host lists the latest jobs: one it no longer lists is gone from here too.
+        self.jobs = jobs
+
     # -- events, by what they are about ----------------------------------------------------
 
     def _apply_worker(self, event: AdminEvent) -> None:
@@ -251,3 +273,17 @@ class ConsoleModel:
             case SessionProgressed() | SessionClosed():
                 if (session := self.sessions.get(event.session)) is not None:
                     session.on_event(event)
+
+    def _apply_job(self, event: AdminEvent) -> None:
+        if isinstance(event, JobQueued):
+            queued = JobRow(event.job, event.kind, event.model, created_at=event_time(event))
+            self.jobs = {queued.id: queued, **{k: v for k, v in self.jobs.items() if k != queued.id}}
+            return
+        if isinstance(event, JOB_EVENTS):
+            job = self.jobs.get(event.job)
+        elif isinstance(event, ExecutionChanged):
+            job = self.jobs.get(event.owner)
+        else:
+            return
+        if job is not None:
+            job.on_event(event)

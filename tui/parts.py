@@ -1,5 +1,6 @@
 """The parts of what the console shows: the host, each worker, each session, each model's
-admission gauge, as plain data that the snapshot's records and the events update in place.
+admission gauge, each managed job, as plain data that the snapshot's records and the events update
+in place.
 
 `ConsoleModel` (mlxhost_tui.model) holds them and decides which record reaches which part.
 Times are wall-clock seconds, as in the model.
@@ -14,9 +15,14 @@ from mlxhost.wire.admin import (
     AdminEvent,
     AdmissionRecord,
     AdmissionRejected,
+    ExecutionChanged,
+    ExecutionRecord,
     ExitRecord,
     HostState,
     HostStopping,
+    JobFinished,
+    JobProgressed,
+    JobStarted,
     MemoryReading,
     ModelEvicted,
     Outcome,
@@ -32,12 +38,14 @@ from mlxhost.wire.admin import (
     WorkerRestarting,
     WorkerSpawned,
 )
+from mlxhost.wire.admin.jobs import TERMINAL_STATES, JobProgress, JobRecord, JobState
 
-__all__ = ["FADE_S", "LINGER_S", "Gauge", "HostInfo", "SessionRow", "WorkerRow", "event_time"]
+__all__ = ["FADE_S", "LINGER_S", "Gauge", "HostInfo", "JobRow", "SessionRow", "WorkerRow", "event_time"]
 
 LINGER_S = 5.0  # how long a closed session stays in the table with its outcome
 FADE_S = 2.0  # its last seconds there, it is drawn dim
 MEMORY_READINGS = 24
+LOSS_READINGS = 24
 
 
 def event_time(event: AdminEvent) -> float:
@@ -228,6 +236,105 @@ class Gauge:
         if isinstance(event, AdmissionRejected):
             self.active, self.queued = event.active, event.queued
             self.rejected += 1
+
+
+@dataclass
+class JobRow:
+    """A managed job: where it is, and the train losses it reported, for a sparkline."""
+
+    id: str
+    kind: str
+    model: str
+    state: str = JobState.QUEUED.value
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    iteration: int = 0
+    total: int = 0
+    train_loss: float | None = None
+    val_loss: float | None = None
+    losses: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=LOSS_READINGS))
+    # The iteration of the last loss kept: a snapshot repeats what an event said, and each poll repeats it.
+    loss_iteration: int = -1
+    execution: str | None = None  # "waiting" or "held": where it stands for the exclusive lease
+    error: str | None = None
+    result: str | None = None  # the model a succeeded job registered
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> JobRow:
+        job = cls(record.id, record.kind, record.model)
+        job.update(record)
+        return job
+
+    def update(self, record: JobRecord) -> None:
+        self.kind, self.model, self.state = record.kind, record.model, record.state
+        self.created_at = record.created_at / 1000
+        self.started_at = None if record.started_at is None else record.started_at / 1000
+        self.ended_at = None if record.ended_at is None else record.ended_at / 1000
+        self.error = record.error
+        self.result = record.result.model if record.result is not None else None
+        if record.progress is not None:
+            self.progress(record.progress)
+        if self.terminal:
+            self.execution = None
+
+    def progress(self, progress: JobProgress | JobProgressed) -> None:
+        if progress.iteration < self.iteration:
+            return  # older news than what we have
+        self.iteration, self.total = progress.iteration, progress.total
+        if progress.train_loss is not None:
+            self.train_loss = progress.train_loss
+            if progress.iteration > self.loss_iteration:
+                self.losses.append(progress.train_loss)
+                self.loss_iteration = progress.iteration
+        if progress.val_loss is not None:
+            self.val_loss = progress.val_loss
+
+    def read_execution(self, record: ExecutionRecord) -> None:
+        if record.exclusive == self.id:
+            self.execution = "held"
+        else:
+            self.execution = "waiting" if self.id in record.waiting else None
+
+    def on_event(self, event: AdminEvent) -> None:
+        match event:
+            case JobStarted():
+                self.state, self.started_at = JobState.RUNNING.value, event_time(event)
+            case JobProgressed() if not self.terminal:
+                self.state = JobState.RUNNING.value
+                self.progress(event)
+            case JobFinished(state=state, error=error, model=model):
+                self.state, self.error, self.result = state, error, model
+                self.ended_at, self.execution = event_time(event), None
+            case ExecutionChanged(change=change) if not self.terminal:
+                self.execution = None if change == "released" else change
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.iteration / self.total) if self.total > 0 else 0.0
+
+    def shown_state(self) -> str:
+        """Its state; a queued job says whether it waits for running sessions, or pauses the workers."""
+        if self.state == JobState.QUEUED and self.execution == "waiting":
+            return "waiting"
+        if self.state == JobState.QUEUED and self.execution == "held":
+            return "starting"
+        return self.state
+
+    def age(self, now: float) -> float:
+        """How long it ran, or has been running, or waiting."""
+        start = self.started_at if self.started_at is not None else self.created_at
+        end = self.ended_at if self.ended_at is not None else now
+        return max(0.0, end - start)
+
+    def text(self) -> str:
+        """Everything a filter may match."""
+        words = (self.id, self.kind, self.model, self.shown_state(), self.result or "", self.error or "")
+        return " ".join(words)
 
 
 def _code(code: object) -> str | None:

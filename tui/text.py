@@ -1,5 +1,5 @@
 """The console's words and glyphs: an event as one line of the log, a clock time, a sparkline, a
-gauge bar. Pure functions of what the model holds; the widgets put them on the screen."""
+gauge bar, a job's losses. Pure functions of what the model holds; the widgets put them on the screen."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ from mlxhost.client.human import duration, size
 from mlxhost.wire.admin import (
     AdminEvent,
     AdmissionRejected,
+    ExecutionChanged,
     HostStarted,
     HostStopping,
+    JobFinished,
+    JobProgressed,
+    JobQueued,
+    JobStarted,
     ModelEvicted,
     SessionClosed,
     SessionOpened,
@@ -26,7 +31,7 @@ from mlxhost.wire.admin import (
     WorkerSpawned,
 )
 
-__all__ = ["bar", "clock_time", "describe", "sparkline"]
+__all__ = ["bar", "clock_time", "describe", "losses", "sparkline"]
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -69,12 +74,34 @@ def describe(event: AdminEvent) -> str:
             return f"{session} {outcome.kind} ({detail}), {tokens} tokens in {duration(age_ms / 1000)}"
         case AdmissionRejected(session=session, model=model, active=active, queued=queued):
             return f"{session or 'a request'} rejected by {model}: {active} running, {queued} waiting"
+        case JobQueued(job=job, kind=kind, model=model):
+            return f"{job}: {kind} of {model} queued"
+        case JobStarted(job=job, pid=pid):
+            return f"{job}: started, pid {pid}"
+        case JobProgressed(job=job, iteration=iteration, total=total, train_loss=train, val_loss=val):
+            return f"{job}: {iteration}/{total}" + losses(train, val)
+        case JobFinished(job=job, state=state, error=error, model=model):
+            if model:
+                return f"{job}: {state}, serves as {model}"
+            return f"{job}: {state}" + (f": {error}" if error else "")
+        case ExecutionChanged(owner=owner, change="waiting"):
+            return f"{owner}: waits for the running sessions to finish"
+        case ExecutionChanged(owner=owner, change="held", paused=paused):
+            return f"{owner}: runs alone" + (f", {', '.join(paused)} paused" if paused else "")
+        case ExecutionChanged(owner=owner, change="released"):
+            return f"{owner}: released; the workers serve again"
         case StreamReset():
             return "missed too many events; re-reading the state"
         case StreamLagged():
             return "dropped by the host for reading too slowly; reconnecting"
     # A type this console does not know: its fields as they came.
     return " ".join(f"{k}={v}" for k, v in event.payload().items())
+
+
+def losses(train: float | None, val: float | None) -> str:
+    """`, train loss 2.345, val loss 2.301`, with what is known."""
+    text = f", train loss {train:.3f}" if train is not None else ""
+    return text + (f", val loss {val:.3f}" if val is not None else "")
 
 
 def clock_time(at: float) -> str:

@@ -1,1 +1,1 @@
-"""Clients of a running host's admin API: `mlxhost status`, and what the console reads."""
+"""Clients of a running host's admin API: `mlxhost status`, `mlxhost jobs`, and what the console reads."""

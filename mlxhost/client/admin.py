@@ -1,8 +1,10 @@
-"""A client of the host's admin API, for `mlxhost status` and the `mlxhost tui` dashboard.
+"""A client of the host's admin API, for `mlxhost status`, `mlxhost jobs` and the `mlxhost tui` dashboard.
 
 It finds a local host by itself (see `mlxhost.client.discovery`), or takes a URL or a Unix socket
 and a token. Server-sent events are parsed by httpx-sse. `snapshot` and `watch` read the state and
 the events as the records of `mlxhost.wire.admin`; `state` and `events` give the JSON as it came.
+The job methods (`submit_job`, `jobs`, `job`, `cancel_job`, `job_events`) speak the records of
+`mlxhost.wire.admin.jobs`, and raise `AdminRefused` when the host says no (a 4xx with its reason).
 """
 
 from __future__ import annotations
@@ -11,21 +13,60 @@ import contextlib
 import ipaddress
 import json
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from httpx_sse import aconnect_sse
 
 from mlxhost.client.discovery import find_host
 from mlxhost.wire.admin import AdminEvent, HostState, parse_event
+from mlxhost.wire.admin.jobs import JobLogEvent, JobRecord, parse_log_line
 
-__all__ = ["AdminClient", "EventStreamCut", "HostNotFound", "Target", "find_target"]
+__all__ = ["AdminClient", "AdminRefused", "EventStreamCut", "HostNotFound", "Target", "find_target"]
 
 
 class HostNotFound(Exception):
     pass
+
+
+class AdminRefused(Exception):
+    """The host answered an admin request with a client error (4xx): its message, and the field it names."""
+
+    def __init__(
+        self, status_code: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.param = param
+        self.code = code
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> AdminRefused:
+        """The error the host sent (`{"error": {"message", "param", "code"}}`), or its text as it came."""
+        try:
+            error = response.json().get("error")
+        except (ValueError, AttributeError):
+            error = None
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            param, code = error.get("param"), error.get("code")
+            return cls(
+                response.status_code, error["message"],
+                param if isinstance(param, str) else None, code if isinstance(code, str) else None,
+            )  # fmt: skip
+        return cls(response.status_code, response.text.strip() or response.reason_phrase)
+
+
+def _checked(response: httpx.Response) -> httpx.Response:
+    """`response` if it succeeded; `AdminRefused` for a client error; `HTTPStatusError` for the rest."""
+    # 401 is the token's fault, not the request's: callers report it as they do for the state.
+    if 400 <= response.status_code < 500 and response.status_code != 401:
+        raise AdminRefused.from_response(response)
+    response.raise_for_status()
+    return response
 
 
 @dataclass(frozen=True)
@@ -76,6 +117,7 @@ class AdminClient:
     def __init__(self, target: Target, timeout: float = 5.0) -> None:
         self.target = target
         self.end_reason: str | None = None  # what the host said when it last ended the event stream
+        self.last_log_line: int | None = None  # the id of the last job log event read: where to resume
         headers = {"authorization": f"Bearer {target.token}"} if target.token else {}
         # httpx honours HTTP(S)_PROXY and ALL_PROXY by default: a proxy set for the outside world
         # must not carry the admin token (or the host's state) to it, nor fail to reach us.
@@ -149,3 +191,59 @@ class AdminClient:
         async with contextlib.aclosing(self.events(after)) as events:  # closes the stream with us
             async for event in events:
                 yield parse_event(event)
+
+    # -- managed jobs ------------------------------------------------------------------------
+
+    async def submit_job(self, kind: str, model: str | None = None, **options: Any) -> JobRecord:
+        """Queue a job (POST /admin/jobs); options left as None are left to the host's defaults."""
+        body = {"kind": kind, **({"model": model} if model is not None else {})}
+        body |= {name: value for name, value in options.items() if value is not None}
+        return JobRecord.from_json(_checked(await self._http.post("/admin/jobs", json=body)).json())
+
+    async def jobs(self) -> list[JobRecord]:
+        """The jobs the host keeps, newest first."""
+        listing = _checked(await self._http.get("/admin/jobs")).json()
+        return [JobRecord.from_json(job) for job in listing["data"]]
+
+    async def job(self, job_id: str) -> JobRecord:
+        return JobRecord.from_json(_checked(await self._http.get(f"/admin/jobs/{_segment(job_id)}")).json())
+
+    async def cancel_job(self, job_id: str) -> JobRecord:
+        """Ask the host to cancel a job: a queued one is cancelled at once, a running one once its
+        process ends (the record may still say running). `AdminRefused` 409 if it is already over."""
+        response = await self._http.post(f"/admin/jobs/{_segment(job_id)}/cancel")
+        return JobRecord.from_json(_checked(response).json())
+
+    async def job_events(self, job_id: str, after: int | None = None) -> AsyncGenerator[JobLogEvent, None]:
+        """A job's log, from the line after `after`, as it is written, until the host ends it.
+
+        The host sends every line, exactly one terminal event, then `event: end`: the iteration
+        then stops. `last_log_line` is the id of the last event read, to resume after a cut
+        (`EventStreamCut`, or any transport error) with `after=client.last_log_line`.
+        """
+        self.last_log_line = after
+        headers = {"last-event-id": str(after)} if after is not None else {}
+        async with aconnect_sse(
+            # The host sends heartbeats while the log is quiet: a long silence is a dead connection.
+            self._http, "GET", f"/admin/jobs/{_segment(job_id)}/events", headers=headers,
+            timeout=httpx.Timeout(5.0, read=30.0),
+        ) as source:  # fmt: skip
+            if source.response.is_error:
+                await source.response.aread()
+                _checked(source.response)
+            async for sse in source.aiter_sse():
+                if sse.event == "end":
+                    return
+                if not sse.data:
+                    continue
+                event = parse_log_line(sse.data)
+                if sse.id and sse.id.isdigit():
+                    self.last_log_line = int(sse.id)
+                yield event
+            request = source.response.request
+            raise EventStreamCut("the job log stopped without the host's `event: end`", request=request)
+
+
+def _segment(job_id: str) -> str:
+    """A job id as one path segment: an id typed by a user cannot reach another route."""
+    return quote(job_id, safe="")

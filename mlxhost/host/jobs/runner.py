@@ -301,7 +301,9 @@ class JobRunner:
         job_id = record.id
         terminal, progress = self._read_log(job_id)
         if progress is not None:
-            self.store.update(job_id, progress=progress)  # the last word, which the follower may not have had
+            # The last word, which the follower (throttled) may not have passed on.
+            self.store.update(job_id, progress=progress)
+            self._publish_progress(job_id, progress)
         error: str | None
         if terminal is None:
             if stopped_by_host:
@@ -357,16 +359,19 @@ class JobRunner:
             now = anyio.current_time()
             if latest is not None and latest is not written and now - last_write >= PROGRESS_EVERY:
                 self.store.update(job_id, progress=latest)
-                self.events.publish(
-                    JobProgressed(
-                        job=job_id,
-                        iteration=latest.iteration,
-                        total=latest.total,
-                        train_loss=latest.train_loss,
-                        val_loss=latest.val_loss,
-                    )
-                )
+                self._publish_progress(job_id, latest)
                 written, last_write = latest, now
+
+    def _publish_progress(self, job_id: str, progress: JobProgress) -> None:
+        self.events.publish(
+            JobProgressed(
+                job=job_id,
+                iteration=progress.iteration,
+                total=progress.total,
+                train_loss=progress.train_loss,
+                val_loss=progress.val_loss,
+            )
+        )
 
     # -- models made by jobs ---------------------------------------------------------------------
 
