@@ -72,7 +72,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
-DROP_WAIT = 2.0  # how long a session waits for its worker to say it dropped the sequence
+DROP_WAIT = 5.0  # how long a session waits for its worker to say it dropped the sequence (a loaded
+# machine can take seconds to schedule a worker back; the health check catches a frozen one)
 GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
 
 
