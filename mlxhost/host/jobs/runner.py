@@ -20,13 +20,11 @@ At start, a job the store says is queued or running belongs to a host that is go
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -39,6 +37,8 @@ import anyio.abc
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
+from mlxhost.host.jobs.folder import JobFolder, fold_progress
+from mlxhost.host.jobs.models import job_model
 from mlxhost.host.jobs.process import JobProcess, process_alive
 from mlxhost.host.jobs.requests import resolve
 from mlxhost.host.jobs.store import JobStore, now_ms
@@ -49,15 +49,12 @@ from mlxhost.wire.admin import ExecutionChanged, JobFinished, JobProgressed, Job
 from mlxhost.wire.admin.job_requests import JobRequest
 from mlxhost.wire.admin.jobs import (
     INTERRUPTED_BY_EXIT,
-    PARTIAL_SUFFIX,
-    JobKind,
     JobLogEvent,
     JobProgress,
     JobRecord,
     JobResult,
     JobState,
     LaunchedJob,
-    parse_log_line,
 )
 from mlxhost.wire.errors import AdmissionRefused
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
@@ -148,20 +145,20 @@ class JobRunner:
                 f"{queued} jobs are already waiting to run; try again later", code="queue_full"
             )
         job_id = _new_id()
-        job_dir = self._jobs_dir / job_id
-        job_dir.mkdir(parents=True, mode=0o700)
+        folder = self._folder(job_id)
+        folder.path.mkdir(parents=True, mode=0o700)
         options = {**resolved.options, "model_path": str(resolved.model_path)}
         launched = LaunchedJob(
             version=LaunchedJob.VERSION,
             id=job_id,
             kind=resolved.kind.value,
             model_path=str(resolved.model_path),
-            output=str(job_dir / "output"),
-            log=str(job_dir / "log.jsonl"),
+            output=str(folder.output),
+            log=str(folder.log),
             options=options,
             adapter_path=None if resolved.adapter_path is None else str(resolved.adapter_path),
         )
-        (job_dir / "spec.json").write_text(json.dumps(launched.to_json(), indent=2))
+        folder.spec.write_text(json.dumps(launched.to_json(), indent=2))
         record = JobRecord(
             id=job_id,
             kind=resolved.kind.value,
@@ -194,7 +191,7 @@ class JobRunner:
         return self.store.newest(RECENT)
 
     def log_path(self, job_id: str) -> Path:
-        return self._jobs_dir / job_id / "log.jsonl"
+        return self._folder(job_id).log
 
     def cancel(self, job_id: str) -> JobRecord:
         record = self.get(job_id)
@@ -260,9 +257,9 @@ class JobRunner:
 
     async def _execute(self, record: JobRecord) -> None:
         job_id = record.id
-        job_dir = self._jobs_dir / job_id
+        folder = self._folder(job_id)
         try:
-            process = await JobProcess.spawn(job_dir / "spec.json", job_dir / "stderr.log")
+            process = await JobProcess.spawn(folder.spec, folder.stderr)
         except OSError as exc:
             self._finish(
                 job_id, JobState.FAILED, f"cannot start the job process: {excerpt(exc, MESSAGE_CHARS)}"
@@ -299,7 +296,7 @@ class JobRunner:
     def _conclude(self, record: JobRecord, code: int | None, stopped_by_host: bool) -> None:
         """The job's state from its log's terminal line; the host writes that line when the job could not."""
         job_id = record.id
-        terminal, progress = self._read_log(job_id)
+        terminal, progress = self._folder(job_id).read_log()
         if progress is not None:
             # The last word, which the follower (throttled) may not have passed on.
             self.store.update(job_id, progress=progress)
@@ -311,8 +308,8 @@ class JobRunner:
             elif self._cancel.is_set():
                 state, error = JobState.CANCELLED, "cancelled"
             else:
-                state, error = JobState.FAILED, self._exit_error(job_id, code)
-            self._append(job_id, JobLogEvent(state.value, now_ms(), {"error": error}))
+                state, error = JobState.FAILED, _exit_error(code, self._folder(job_id).last_words())
+            self._folder(job_id).append(JobLogEvent(state.value, now_ms(), {"error": error}))
         else:
             state = JobState(terminal.type)
             said = terminal.data.get("error")
@@ -328,7 +325,7 @@ class JobRunner:
                 return
             self._finish(job_id, JobState.SUCCEEDED, None)
             return
-        self._discard_output(job_id)
+        self._folder(job_id).discard_output()
         self._finish(job_id, state, str(error) if error else state.value)
 
     def _finish(self, job_id: str, state: JobState, error: str | None) -> JobRecord:
@@ -355,7 +352,7 @@ class JobRunner:
             self.log_path(job_id), lambda: self.store.get(job_id), follow=True, quiet=LOG_POLL
         ):
             if item is not None:
-                latest = _fold(latest, item[1])
+                latest = fold_progress(latest, item[1])
             now = anyio.current_time()
             if latest is not None and latest is not written and now - last_write >= PROGRESS_EVERY:
                 self.store.update(job_id, progress=latest)
@@ -376,22 +373,12 @@ class JobRunner:
     # -- models made by jobs ---------------------------------------------------------------------
 
     def _register(self, record: JobRecord) -> None:
-        output = self._jobs_dir / record.id / "output"
-        if not output.is_dir():
-            raise ValueError(f"it wrote no output at {output}")
-        base_path = Path(str(record.options["model_path"]))
-        kind = JobKind(record.kind)
-        if kind is JobKind.FINETUNE:
-            name = f"{record.model}-lora-{record.id}"
-            spec, path = ModelSpec(name, str(base_path), adapter=str(output)), base_path
-        else:
-            suffix = f"q{record.options['bits']}" if kind is JobKind.QUANTIZE else "fused"
-            name = f"{record.model}-{suffix}-{record.id}"
-            spec, path = ModelSpec(name, str(output)), output
+        output = self._folder(record.id).output
+        model = job_model(record, output)
         if record.result is None:
-            self.store.update(record.id, result=JobResult(model=name, path=str(output)))
-        if self.pool.resolve_exact(name) is None:
-            self.pool.register(spec, path, {"job": record.id, "kind": record.kind, "base": record.model})
+            self.store.update(record.id, result=JobResult(model=model.spec.id, path=str(output)))
+        if self.pool.resolve_exact(model.spec.id) is None:
+            self.pool.register(model.spec, model.path, model.origin)
 
     def _find_model(self, name: str) -> tuple[ModelSpec, Path] | None:
         spec = self.pool.resolve_exact(name)
@@ -406,7 +393,7 @@ class JobRunner:
                 # Its host died without it noticing (it ends itself when its stdin closes): end it.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process[0], signal.SIGKILL)
-            self._discard_output(record.id)
+            self._folder(record.id).discard_output()
             self._finish(record.id, JobState.INTERRUPTED, INTERRUPTED_BY_EXIT)
         for record in self.store.in_states([JobState.SUCCEEDED]):
             try:
@@ -419,81 +406,24 @@ class JobRunner:
         for record in self.store.beyond(self.settings.jobs_keep):
             if record.result is not None:
                 self.pool.unregister(record.result.model)
-            shutil.rmtree(self._jobs_dir / record.id, ignore_errors=True)
+            self._folder(record.id).delete()
             self.store.delete(record.id)
 
-    def _read_log(self, job_id: str) -> tuple[JobLogEvent | None, JobProgress | None]:
-        """The log's first terminal line, and its progress folded."""
-        try:
-            text = self.log_path(job_id).read_bytes()
-        except FileNotFoundError:
-            return None, None
-        progress: JobProgress | None = None
-        for line in text.splitlines():
-            try:
-                event = parse_log_line(line)
-            except ValueError:
-                continue
-            if event.terminal:
-                return event, progress
-            progress = _fold(progress, event)
-        return None, progress
+    def _folder(self, job_id: str) -> JobFolder:
+        return JobFolder(self._jobs_dir / job_id)
 
-    def _append(self, job_id: str, event: JobLogEvent) -> None:
-        path = self.log_path(job_id)
-        with path.open("ab") as log:
-            if log.tell() and not _ends_with_newline(path):
-                log.write(b"\n")  # a torn last line stays torn, not glued to ours
-            log.write(event.line().encode())
 
-    def _exit_error(self, job_id: str, code: int | None) -> str:
-        how = (
-            f"exited with status {code}"
-            if code is not None and code >= 0
-            else f"was killed by signal {-(code or 0)}"
-        )
-        last = _last_lines(self._jobs_dir / job_id / "stderr.log")
-        return f"the job process {how}" + (f": {last}" if last else "")
-
-    def _discard_output(self, job_id: str) -> None:
-        output = self._jobs_dir / job_id / "output"
-        for path in (output, output.with_name("output" + PARTIAL_SUFFIX)):
-            shutil.rmtree(path, ignore_errors=True)
+def _exit_error(code: int | None, last_words: str) -> str:
+    how = (
+        f"exited with status {code}"
+        if code is not None and code >= 0
+        else f"was killed by signal {-(code or 0)}"
+    )
+    return f"the job process {how}" + (f": {last_words}" if last_words else "")
 
 
 def _new_id() -> str:
     return secrets.token_hex(4)
-
-
-def _fold(latest: JobProgress | None, event: JobLogEvent) -> JobProgress | None:
-    progress = event.progress()
-    if progress is None:
-        return latest
-    if latest is not None:
-        # A validation line carries only val_loss, a training line only train_loss: keep both.
-        if progress.train_loss is None:
-            progress = dataclasses.replace(progress, train_loss=latest.train_loss)
-        if progress.val_loss is None:
-            progress = dataclasses.replace(progress, val_loss=latest.val_loss)
-    return progress
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with path.open("rb") as file:
-        file.seek(-1, os.SEEK_END)
-        return file.read(1) == b"\n"
-
-
-def _last_lines(path: Path, count: int = 3) -> str:
-    try:
-        with path.open("rb") as file:
-            file.seek(max(0, path.stat().st_size - 4096))
-            lines = [
-                line.strip() for line in file.read().decode(errors="replace").splitlines() if line.strip()
-            ]
-    except OSError:
-        return ""
-    return excerpt(" | ".join(lines[-count:]), MESSAGE_CHARS)
 
 
 @contextlib.contextmanager
