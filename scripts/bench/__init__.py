@@ -3,7 +3,7 @@ same max_tokens.
 
     python scripts/bench [--model DIR | --size tiny|bench] [--max-tokens N] [--repeats N]
                          [--concurrency 1,4,8,16] [--ttft-requests N] [--quick]
-                         [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N]
+                         [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N] [--jobs-only]
 
 Four paths are measured in one run, their repeats interleaved, the order rotating from one repeat
 to the next, so that a noisy machine slows all of them alike:
@@ -27,6 +27,9 @@ The measurements, one module each, in the order a run takes them (`bench.run`):
   lagging        generation with an admin subscriber that never reads; target >= 0.98 x without
   recovery       kill -9 of the worker to the next 200; target <= worker_ready_s + 1 s
   overload       429 latency and the admitted streams' rate with a full queue
+  jobs           a fine-tune as an mlxhost job against mlx_lm.lora run directly (iterations/s;
+                 target >= 0.95), and serving before and after a job (target >= 0.95); alone
+                 with --jobs-only
   hub            the event hub alone, in this process
 Targets on the table's figures (`bench.targets`): isolated >= 0.95 x raw at every concurrency;
 isolated >= 1.15 x mlx_lm.server at c8; TTFT p50 isolated <= raw + 5 ms.

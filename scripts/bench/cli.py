@@ -1,6 +1,7 @@
 """`python scripts/bench`: parse the options, load the model in this process (the raw path),
 choose the prompt, run every measurement (`bench.run`) with the servers stopped however it ends,
-then the hub alone, and report: the text on stdout (progress on stderr), the chart, the JSON."""
+then the managed jobs on a server of their own (`bench.jobs`) and the hub alone, and report: the
+text on stdout (progress on stderr), the chart, the JSON. With --jobs-only, the jobs alone."""
 
 from __future__ import annotations
 
@@ -19,12 +20,21 @@ from bench.chart import chart_title, write_chart
 from bench.event_latency import event_latency_summary
 from bench.figures import json_safe, progress, ratio
 from bench.hub import HUB_EVENTS, hub_throughput
+from bench.jobs import jobs_figures, measure_jobs, print_jobs
 from bench.lagging import events_summary
 from bench.overload import OVERLOAD_TOKENS_FACTOR, overload_summary
-from bench.plan import parse_args
+from bench.plan import Plan, parse_args
 from bench.raw import RawMLX, choose_prompt
 from bench.recovery import recovery_summary
-from bench.report import json_document, machine_info, print_events, print_report, versions
+from bench.report import (
+    jobs_document,
+    json_document,
+    machine_info,
+    print_events,
+    print_header,
+    print_report,
+    versions,
+)
 from bench.run import measure
 from bench.settings import LABELS, PATHS
 from bench.targets import speed_targets
@@ -48,11 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reply_probe": asdict(probe),
     }
 
-    # The servers stop when this block ends, however it ends; so also on SIGTERM.
+    # The servers stop when their block ends, however it ends; so also on SIGTERM.
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
+        if plan.jobs_only:
+            return _jobs_only(plan, info, prompt)
         with contextlib.ExitStack() as servers:
             measured = anyio.run(measure, plan, raw, prompt, ids, servers)
+        # With every other server stopped: the jobs' host pauses its own workers, no one else's.
+        jobs = anyio.run(measure_jobs, plan, prompt)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -91,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures["events"] = events_summary(measured["hub_runs"], hub, measured["hub_max_tokens"])
     print_report(plan, info, table_rows(summaries), measured, figures)
     print_events(figures["event_latency"], figures["events"])
+    print_jobs(jobs)
 
     title = chart_title(info, plan.max_tokens, plan.repeats)
     chart = write_chart(plan.chart_path, summaries, plan.concurrency, title)
@@ -100,6 +115,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if plan.json_path is not None:
         document = json_document(plan, info, summaries, measured, figures)
+        document |= jobs_figures(jobs, document["targets"])
+        plan.json_path.parent.mkdir(parents=True, exist_ok=True)
+        plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
+        progress(f"wrote {plan.json_path}")
+    return 0
+
+
+def _jobs_only(plan: Plan, info: dict[str, Any], prompt: str) -> int:
+    jobs = anyio.run(measure_jobs, plan, prompt)
+    print_header(plan, info)
+    print_jobs(jobs)
+    if plan.json_path is not None:
+        document = jobs_document(plan, info) | jobs_figures(jobs)
         plan.json_path.parent.mkdir(parents=True, exist_ok=True)
         plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
         progress(f"wrote {plan.json_path}")

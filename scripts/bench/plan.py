@@ -34,6 +34,8 @@ class Plan:
     chart_path: Path
     ttft_requests: int
     mlx_lm_server_backlog: int
+    quick: bool = False
+    jobs_only: bool = False  # only the managed jobs' measurements (`bench.jobs`)
 
     @property
     def max_batch(self) -> int:
@@ -96,6 +98,12 @@ def parser() -> argparse.ArgumentParser:
         "mlxhost's)",
     )
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer tokens")
+    parser.add_argument(
+        "--jobs-only",
+        action="store_true",
+        help="measure only the managed jobs: a fine-tune through mlxhost against mlx_lm.lora, and "
+        "serving before and after a job (bench.jobs)",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure and ratio to this file")
     parser.add_argument(
         "--chart",
@@ -138,5 +146,5 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         model_path, size = demo.cached_model(f"bench-{args.size}", args.size), args.size
     return Plan(
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
-        ttft_requests, args.mlx_lm_server_backlog,
+        ttft_requests, args.mlx_lm_server_backlog, args.quick, args.jobs_only,
     )  # fmt: skip

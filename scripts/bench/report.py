@@ -15,7 +15,10 @@ cancel_steps.{p50,max} and cancel (runs, per-step time, outcomes),
 overload (reject_ms.{p50,p99,max,count}, admitted_vs_unloaded, admitted_tok_s, CPU, runs),
 event_latency_ms.{p50,p95,max} (with by_type, publish_to_arrival_ms, worker_exited, samples),
 events.hub_events_per_s and events.lagging_subscriber_ratio (with tok/s, CPU, events per run, what
-the lagging subscriber got, hub_micro, runs), targets. For older readers ratios.mlxhost_vs_raw and
+the lagging subscriber got, hub_micro, runs), finetune_vs_direct (a fine-tune's iterations/s as an
+mlxhost job / mlx_lm.lora run directly) and serving_after_job_vs_before (total tok/s), with jobs
+(settings, finetune, serving: every run), targets. With --jobs-only: the machine, versions, model,
+a few settings, and the jobs' keys alone. For older readers ratios.mlxhost_vs_raw and
 ttft_ms.p50.mlxhost remain, as aliases of the isolated figures; results.mlxhost is gone.
 """
 
@@ -74,11 +77,8 @@ def versions() -> dict[str, str | None]:
     return {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "mlxhost_commit": commit}
 
 
-def print_report(
-    plan: Plan, info: dict[str, Any], rows: list[Row], measured: dict[str, Any], figures: dict[str, Any]
-) -> None:
-    """Everything but the admin event stream (`print_events`). `figures` holds the summaries:
-    recovery, startup, cancel, overload, targets."""
+def print_header(plan: Plan, info: dict[str, Any]) -> None:
+    """The machine, the versions, the model and the prompt."""
     machine, model, version = info["machine"], info["model"], info["versions"]
     print(
         f"machine: {machine['platform']}, {machine['cpu_count']} CPUs, "
@@ -94,6 +94,14 @@ def print_report(
         f"prompt: {model['prompt_tokens']} tokens, greedy, max_tokens {plan.max_tokens}, "
         f"repeats {plan.repeats} (medians), concurrency {','.join(map(str, plan.concurrency))}"
     )
+
+
+def print_report(
+    plan: Plan, info: dict[str, Any], rows: list[Row], measured: dict[str, Any], figures: dict[str, Any]
+) -> None:
+    """Everything but the admin event stream (`print_events`) and the jobs (`bench.jobs`). `figures`
+    holds the summaries: recovery, startup, cancel, overload, targets."""
+    print_header(plan, info)
     print()
     header = (
         "measurement", "raw", "mlx_lm.server", "in-process", "isolated", "in-proc/raw",
@@ -159,6 +167,21 @@ def print_servers(measured: dict[str, Any]) -> None:
 def print_events(latency: dict[str, Any], events: dict[str, Any]) -> None:
     print_event_latency(latency)
     print_lagging(events)
+
+
+def jobs_document(plan: Plan, info: dict[str, Any]) -> dict[str, Any]:
+    """--jobs-only: what the jobs' figures were measured on (`bench.jobs.jobs_figures` adds them)."""
+    return {
+        **info,
+        "settings": {
+            "max_tokens": plan.max_tokens,
+            "repeats": plan.repeats,
+            "concurrency": plan.concurrency,
+            "temperature": 0.0,
+            "max_batch": plan.max_batch,
+            "jobs_only": True,
+        },
+    }
 
 
 def json_document(

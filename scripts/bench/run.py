@@ -3,8 +3,9 @@ servers start one after the other (each loads on a quiet machine); throughput an
 paths; memory, with the servers idle; then mlx_lm.server stops, and on the isolated server
 constrained decoding (then grammar compiles in this process), cancellation, event latency and the
 lagging subscriber (all before any kill), recovery (the kills, with a subscriber timing each
-worker.exited); then overload on a server of its own, and the worker's import time. The hub alone
-runs after this, from `bench.cli`, with every server stopped.
+worker.exited); then overload on a server of its own, and the worker's import time. The managed
+jobs (`bench.jobs`, on a server of their own) and the hub alone run after this, from `bench.cli`,
+with every server stopped.
 
 The three servers run side by side in subprocesses, driven over HTTP (see `bench.streams`). The
 mlxhost servers run with the same serving options, and with --max-active at least the highest

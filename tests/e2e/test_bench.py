@@ -41,7 +41,15 @@ def test_the_benchmark_runs_and_writes_its_ratios(tmp_path: Path) -> None:
     assert constrained["tokens_per_stream"] == {"free": "32", "mixed_free": "32", "mixed_constrained": "32"}
     assert data["grammar_compile_ms"]["tool"] > 0 and data["grammar_compile_ms"]["cold"] > 0
     assert data["targets"]["constrained_vs_free_min"] == 0.9
+    # A fine-tune as a job against mlx_lm.lora run directly, on the same batches; serving around a job.
+    assert data["finetune_vs_direct"] > 0 and data["serving_after_job_vs_before"] > 0
+    finetune = data["jobs"]["finetune"]
+    assert finetune["direct"]["iterations_per_s"] > 0 and finetune["mlxhost"]["iterations_per_s"] > 0
+    assert finetune["same_tokens_per_report"]
+    assert data["jobs"]["serving"]["before_tok_s"] > 0 and data["jobs"]["serving"]["after_tok_s"] > 0
+    assert data["targets"]["finetune_vs_direct_min"] == 0.95
     assert "targets:" in run.stdout
+    assert "managed jobs" in run.stdout
     assert "constrained decoding" in run.stdout
 
 
