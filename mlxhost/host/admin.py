@@ -36,7 +36,7 @@ from mlxhost.wire.admin import (
 from mlxhost.wire.errors import InvalidRequest, NotFound
 from mlxhost.wire.inert import excerpt
 
-__all__ = ["admin_routes", "host_state", "sessions_record"]
+__all__ = ["WatchedStream", "admin_routes", "host_state", "sessions_record"]
 
 HEARTBEAT = 10.0  # seconds between SSE comments on a quiet event stream
 RETRY_MS = 2000
@@ -117,7 +117,7 @@ async def events(request: Request) -> Response:
         finally:
             await subscription.aclose()
 
-    return _WatchedStream(
+    return WatchedStream(
         stream(),
         idle_timeout=host.settings.idle_timeout,
         media_type="text/event-stream",
@@ -125,7 +125,7 @@ async def events(request: Request) -> Response:
     )
 
 
-class _WatchedStream(StreamingResponse):
+class WatchedStream(StreamingResponse):
     """An event stream that lets go of a client that stops reading for `idle_timeout`.
 
     The hub drops a lagging subscriber without waiting for it, but the connection would stay:

@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 from starlette.responses import StreamingResponse
-from starlette.types import Message, Send
 
+from mlxhost.host.admin import WatchedStream
 from mlxhost.wire.admin.jobs import INTERRUPTED_BY_EXIT, JobLogEvent, JobRecord, JobState, parse_log_line
 
 __all__ = ["job_event_stream", "tail"]
@@ -141,26 +140,6 @@ def job_event_stream(
             await events.aclose()
         yield b"event: end\ndata: {}\n\n"
 
-    return _Stream(
+    return WatchedStream(
         frames(), idle_timeout, media_type="text/event-stream", headers={"cache-control": "no-cache"}
     )
-
-
-class _Stream(StreamingResponse):
-    """Lets go of a client that stops reading for `idle_timeout` (as the admin event stream does)."""
-
-    def __init__(self, content: AsyncIterator[bytes], idle_timeout: float, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._idle_timeout = idle_timeout
-
-    async def stream_response(self, send: Send) -> None:
-        async def guarded(message: Message) -> None:
-            with anyio.fail_after(self._idle_timeout):
-                await send(message)
-
-        try:
-            await super().stream_response(guarded)
-        except TimeoutError:
-            pass
-        finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
