@@ -293,7 +293,8 @@ def test_a_worker_killed_during_a_job_respawns_only_after_it(
     assert host.worker("tiny")["pid"] is None
     admin.post(f"/admin/jobs/{job['id']}/cancel")
     wait_job(admin, job["id"])
-    after = wait_until(lambda: host.worker("tiny")["pid"], timeout=60.0)
+    # Spawned is not ready: until it is, its requests get 503 "restarting", as documented.
+    after = wait_until(lambda: (w := host.worker("tiny"))["state"] == "ready" and w["pid"], timeout=60.0)
     assert after != before
     with host.client() as client:
         client.chat.completions.create(
