@@ -60,13 +60,20 @@ def run_job(spec: LaunchedJob, log: JobLog, stop: Stop) -> int:
         shutil.rmtree(partial, ignore_errors=True)  # a killed earlier attempt's leftovers
         partial.parent.mkdir(parents=True, exist_ok=True)
         module, name = KINDS[spec.kind]
-        work: Work = getattr(importlib.import_module(module), name)
+        # Importing MLX initialises native extensions, which an exception raised by the signal
+        # handler in their midst breaks (nanobind aborts the process): a stop waits for the end.
+        with stop.polled():
+            work: Work = getattr(importlib.import_module(module), name)
         work(spec, partial, log, stop)
         stop.finish()
         os.rename(partial, output)
     except BaseException as exc:
         stop.finish()
         shutil.rmtree(partial, ignore_errors=True)
+        if not isinstance(exc, Stopped) and stop.requested is not None:
+            # Raised inside code that wraps what it catches (importing a C extension turns it
+            # into an ImportError): the stop is still what ended the job.
+            exc = stop.requested
         if isinstance(exc, Stopped):
             log.write(exc.state.value, error=exc.error)
             return exc.exit_code

@@ -85,6 +85,11 @@ class Stop:
         if self._requested is not None and self._mode is not _Mode.FINISHED:
             raise self._requested
 
+    @property
+    def requested(self) -> Stopped | None:
+        """The stop asked for, if any: what really ended a job whose error merely wraps it."""
+        return self._requested
+
     def finish(self) -> None:
         """From now on, nothing stops the job: it is writing its end."""
         self._mode = _Mode.FINISHED

@@ -252,14 +252,28 @@ def test_the_end_of_stdin_means_the_host_is_gone(training: Job) -> None:
 def test_a_signal_while_loading_cancels_at_once(
     tiny_model: Path, tmp_path: Path, signum: signal.Signals
 ) -> None:
-    """Before training (here: importing mlx-lm) there is no safe point to wait for: it stops at once."""
-    job = Job(tmp_path / "quantize", "quantize", tiny_model, {"bits": 4, "group_size": GROUP_SIZE})
-    process = job.start()
-    wait_until(lambda: job.events() or process.poll() is not None, timeout=PATIENCE)
-    process.send_signal(signum)
-    assert job.wait() == EXIT_CANCELLED, job.stderr()
-    assert job.terminal().type == "cancelled"
-    assert not job.output.exists() and not job.partial.exists()
+    """Before training (here: importing mlx-lm) there is no safe point to wait for: it stops at once.
+
+    The tiny model's quantize can be done before a signal sent after `started` lands (on a busy
+    machine CI met that): a job that made its result ignores a late stop, as documented. Such a
+    try proves nothing either way, so it is checked for what it is and the test tries again.
+    """
+    for attempt in range(5):
+        job = Job(
+            tmp_path / f"quantize-{attempt}", "quantize", tiny_model, {"bits": 4, "group_size": GROUP_SIZE}
+        )
+        process = job.start()
+        wait_until(lambda: job.events() or process.poll() is not None, timeout=PATIENCE)
+        process.send_signal(signum)
+        code = job.wait()
+        if code == 0:
+            assert job.terminal().type == "succeeded" and job.output.exists()
+            continue
+        assert code == EXIT_CANCELLED, job.stderr()
+        assert job.terminal().type == "cancelled"
+        assert not job.output.exists() and not job.partial.exists()
+        return
+    pytest.fail("every quantize finished before the signal reached it")
 
 
 GOOD = json.dumps(chat(1))
