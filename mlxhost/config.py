@@ -307,6 +307,18 @@ class Settings:
         10, _integer(0), "finished generations whose KV cache is kept for prompts that share a prefix (0: off)"
     )
     prompt_cache_mb: int = _option(1024, _integer(0), "most memory the kept KV caches may hold, in MiB")
+    prompt_cache_disk_mb: int = _option(
+        4096,
+        _integer(0),
+        "most disk each model's kept KV caches may take under state_dir, in MiB; they outlive "
+        "worker restarts and host restarts (0: memory only)",
+    )
+    standby_workers: int = _option(
+        1,
+        _integer(0, 8),
+        "warm interpreters (MLX imported, no model) kept ready to become the next worker, so a "
+        "crashed or new model is back in the time of its load (0: none)",
+    )
     keepalive_seconds: float = _option(
         5.0, _positive_number, "SSE comment interval while a stream has no tokens"
     )

@@ -18,6 +18,7 @@ import anyio.abc
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import PROTOCOL_VERSION, LaunchRecord, ReadyLine
+from mlxhost.wire.layout import state_dir
 
 __all__ = ["MAX_LINE", "WORKER_OPTIONS", "launch_record", "lines", "refusal", "worker_command"]
 
@@ -30,6 +31,7 @@ WORKER_OPTIONS = (
     "prefill_step",
     "prompt_cache_size",
     "prompt_cache_mb",
+    "prompt_cache_disk_mb",
     "keepalive_seconds",
     "stream_interval",
     "shutdown_grace",
@@ -51,6 +53,8 @@ def worker_command(settings: Settings) -> list[str]:
 
 def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket: Path) -> LaunchRecord:
     options = {name: getattr(settings, name) for name in WORKER_OPTIONS}
+    # Resolved here, so that every worker of this host files its prompt caches in the same place.
+    options["state_dir"] = str(state_dir(settings))
     for name in ("max_batch", "max_tokens_limit"):
         if getattr(spec, name) is not None:
             options[name] = getattr(spec, name)

@@ -8,8 +8,9 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ADMIN_TOKEN_FILE", "HOST_READY", "JOBS_DB", "JOBS_DIR", "READY_FILE_ENV", "STATE_LOCK", "HostReady", "default_state_dir", "discovery_file"]
+__all__ = ["ADMIN_TOKEN_FILE", "HOST_READY", "JOBS_DB", "JOBS_DIR", "READY_FILE_ENV", "PROMPT_CACHE_DIR", "STATE_LOCK", "HostReady", "default_state_dir", "state_dir", "discovery_file"]
 
 # The log line `mlxhost serve` writes once it serves: "mlxhost ready: model M ... on ADDRESSES".
 # Not to be confused with the worker's `launch.WORKER_READY`, which only the parent reads.
@@ -83,9 +84,16 @@ def discovery_file() -> Path:
 JOBS_DB = "jobs.db"  # SQLite: the job store
 JOBS_DIR = "jobs"  # one folder per job: spec.json, log.jsonl, stderr.log, output/
 STATE_LOCK = "lock"
+PROMPT_CACHE_DIR = "prompt-cache"  # one folder per model fingerprint: mlx-lm prompt-cache files
 
 
 def default_state_dir() -> Path:
     """$XDG_STATE_HOME/mlxhost, or ~/.local/state/mlxhost as the XDG base directory spec says."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "mlxhost"
+
+
+def state_dir(settings: Any) -> Path:
+    """The state directory `settings.state_dir` names, or the default one; absolute."""
+    named = getattr(settings, "state_dir", None)
+    return (Path(named).expanduser() if named else default_state_dir()).absolute()

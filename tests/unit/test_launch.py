@@ -132,14 +132,17 @@ def test_the_worker_command_is_this_python_unless_configured() -> None:
 
 
 def test_the_launch_record_carries_the_serving_options_with_the_model_s_own_limits() -> None:
-    settings = Settings(max_batch=16, max_tokens_limit=4096, stream_interval=0.05, keepalive_seconds=3.0)
+    settings = Settings(
+        max_batch=16, max_tokens_limit=4096, stream_interval=0.05, keepalive_seconds=3.0, state_dir="/var/mh"
+    )
     plain = launch_record(ModelSpec("chat", "/models/a"), Path("/models/a"), settings, Path("/run/w.sock"))
     assert plain == LaunchRecord(
         worker_id="chat",
         socket="/run/w.sock",
         model_path="/models/a",
         model_id="chat",
-        options={name: getattr(settings, name) for name in WORKER_OPTIONS},
+        # The state directory goes resolved: every worker files its prompt caches in one place.
+        options={**{name: getattr(settings, name) for name in WORKER_OPTIONS}, "state_dir": "/var/mh"},
     )
     assert plain.options["max_batch"] == 16 and plain.options["stream_interval"] == 0.05
     own = ModelSpec("big", "org/big", max_batch=2, max_tokens_limit=128)

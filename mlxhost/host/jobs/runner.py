@@ -58,7 +58,8 @@ from mlxhost.wire.admin.jobs import (
 )
 from mlxhost.wire.errors import AdmissionRefused
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
-from mlxhost.wire.layout import JOBS_DB, JOBS_DIR, STATE_LOCK, default_state_dir
+from mlxhost.wire.layout import JOBS_DB, JOBS_DIR, STATE_LOCK
+from mlxhost.wire.layout import state_dir as resolve_state_dir
 
 __all__ = ["JobConflict", "JobRunner", "UnknownJob"]
 
@@ -107,7 +108,7 @@ class JobRunner:
         cls, settings: Settings, pool: ModelPool, coordinator: ExecutionCoordinator, events: EventHub
     ) -> AsyncIterator[JobRunner | None]:
         """The runner for `settings.state_dir`, or None when another host owns that directory."""
-        state_dir = Path(settings.state_dir).expanduser() if settings.state_dir else default_state_dir()
+        state_dir = resolve_state_dir(settings)
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         with _owned(state_dir) as owned:
             if not owned:
