@@ -17,6 +17,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model(tmp_path_factory.mktemp("models") / "tiny", size="tiny")
 
 
+@pytest.fixture(scope="session")
+def sliding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model as Gemma 3, with sliding-window layers: a cache that cannot be trimmed."""
+    return make_model(tmp_path_factory.mktemp("models") / "sliding", size="sliding")
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
     socket = tmp_path_factory.mktemp("sock") / "mlxhost.sock"

@@ -3,7 +3,8 @@
 Nothing here downloads anything. A model directory is built from a seeded
 random generator and a byte-level BPE tokenizer trained on text that this
 package generates itself, so tests, benchmarks and demos get a model that
-``mlx_lm.load`` treats exactly like a real Llama checkpoint.
+``mlx_lm.load`` treats exactly like a real Llama (or, size "sliding", Gemma 3)
+checkpoint.
 
 The model's size and weights are in `weights`, its tokenizer in
 `tokenizer`, the text that tokenizer is trained on in `corpus`; this module
@@ -143,7 +144,7 @@ def _is_complete(path: Path, marker: dict[str, Any]) -> bool:
 def _write_model(directory: Path, spec: ModelSize, seed: int, marker: dict[str, Any]) -> None:
     bos, eos, pad = (SPECIAL_TOKENS.index(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN))
     head_dim = spec.hidden_size // spec.num_attention_heads
-    config = {
+    config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": spec.vocab_size,
@@ -166,6 +167,18 @@ def _write_model(directory: Path, spec: ModelSize, seed: int, marker: dict[str, 
         "pad_token_id": pad,
         "mlxhost_demo": marker,
     }
+    if spec.architecture == "gemma3_text":
+        for key in ("hidden_act", "attention_bias", "mlp_bias", "tie_word_embeddings"):
+            del config[key]
+        config.update(
+            architectures=["Gemma3ForCausalLM"],
+            model_type="gemma3_text",
+            sliding_window=spec.sliding_window,
+            sliding_window_pattern=2,
+            query_pre_attn_scalar=head_dim,
+            rope_local_base_freq=10000.0,
+            rms_norm_eps=1e-6,
+        )
     _write_json(directory / "config.json", config)
     _write_json(
         directory / "generation_config.json",

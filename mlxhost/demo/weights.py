@@ -1,4 +1,8 @@
-"""The demo models' sizes and their random weights: Llama layouts, drawn from a seeded generator.
+"""The demo models' sizes and their random weights, drawn from a seeded generator.
+
+Most sizes are Llama layouts; "sliding" is a Gemma 3 layout whose sliding-window layers get
+mlx-lm's RotatingKVCache, a cache that cannot be trimmed once the window is full (the prompt
+cache's other path).
 
 numpy and safetensors are imported only when weights are written.
 """
@@ -23,6 +27,8 @@ class ModelSize:
     tie_word_embeddings: bool
     dtype: str
     max_position_embeddings: int = 4096
+    architecture: str = "llama"  # or "gemma3_text"
+    sliding_window: int = 0  # gemma3_text: tokens its sliding layers see (every other layer)
 
 
 SIZES: Final[dict[str, ModelSize]] = {
@@ -52,6 +58,20 @@ SIZES: Final[dict[str, ModelSize]] = {
         tie_word_embeddings=False,
         dtype="float32",
     ),
+    # The tiny model's sizes and tokenizer, as Gemma 3: every other layer sees only the last
+    # 16 tokens, so a chat's prompt fills the window and the cache can no longer be trimmed.
+    "sliding": ModelSize(
+        vocab_size=1024,
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        tie_word_embeddings=False,
+        dtype="float32",
+        architecture="gemma3_text",
+        sliding_window=16,
+    ),
 }
 
 
@@ -63,6 +83,8 @@ def parameter_count(size: str) -> int:
     attention = 2 * q + 2 * kv
     mlp = 3 * spec.hidden_size * spec.intermediate_size
     norms = 2 * spec.hidden_size
+    if spec.architecture == "gemma3_text":
+        norms = 4 * spec.hidden_size + 2 * head_dim
     embeddings = spec.vocab_size * spec.hidden_size
     heads = 0 if spec.tie_word_embeddings else embeddings
     layers = spec.num_hidden_layers * (attention + mlp + norms)
@@ -92,6 +114,7 @@ def _weight_shapes(spec: ModelSize) -> list[tuple[str, tuple[int, ...]]]:
             (f"{p}.self_attn.v_proj.weight", (kv, h)),
             (f"{p}.self_attn.o_proj.weight", (h, q)),
             (f"{p}.post_attention_layernorm.weight", (h,)),
+            *_gemma_norms(spec, p, head_dim),
             (f"{p}.mlp.gate_proj.weight", (i, h)),
             (f"{p}.mlp.up_proj.weight", (i, h)),
             (f"{p}.mlp.down_proj.weight", (h, i)),
@@ -102,6 +125,17 @@ def _weight_shapes(spec: ModelSize) -> list[tuple[str, tuple[int, ...]]]:
     return shapes
 
 
+def _gemma_norms(spec: ModelSize, prefix: str, head_dim: int) -> list[tuple[str, tuple[int, ...]]]:
+    if spec.architecture != "gemma3_text":
+        return []
+    return [
+        (f"{prefix}.pre_feedforward_layernorm.weight", (spec.hidden_size,)),
+        (f"{prefix}.post_feedforward_layernorm.weight", (spec.hidden_size,)),
+        (f"{prefix}.self_attn.q_norm.weight", (head_dim,)),
+        (f"{prefix}.self_attn.k_norm.weight", (head_dim,)),
+    ]
+
+
 def write_weights(path: Path, spec: ModelSize, seed: int) -> None:
     import numpy as np
     from safetensors.numpy import save
@@ -110,10 +144,12 @@ def write_weights(path: Path, spec: ModelSize, seed: int) -> None:
     dtype = np.dtype(spec.dtype)
     tensors: dict[str, Any] = {}
     # Drawn in a fixed order from one generator, so the bytes depend only
-    # on (spec, seed). Norms start at one, as a freshly initialised model's.
+    # on (spec, seed). Norms start as a freshly initialised model's: a scale of one (Gemma
+    # stores the scale less one).
+    norm = np.zeros if spec.architecture == "gemma3_text" else np.ones
     for name, shape in _weight_shapes(spec):
         if len(shape) == 1:
-            tensors[name] = np.ones(shape, dtype=dtype)
+            tensors[name] = norm(shape, dtype=dtype)
         else:
             values = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
             tensors[name] = values.astype(dtype)

@@ -10,6 +10,12 @@ counters; the engine (engine.py) ties the two sides together.
 While the pause gate is closed (a managed job holds the machine, see pause.py) the thread takes in
 no session: the running ones finish, then it frees MLX's cached memory and says so; the sessions
 submitted meanwhile wait, in order, until the gate opens.
+
+The prompt cache (prompt_cache.py) gets what the batch can give it: the KV of every generation
+that ends with its cache intact (finished, stopped by a stop string, or cancelled), and, for models
+whose cache cannot be trimmed, a snapshot at the end of each prompt. A session whose prompt the
+disk tier (prompt_store.py) can start much further along than memory goes to the store's loader
+thread first and comes back, through `_loaded`, with the entry in the memory tier.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import mlx.core as mx
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.worker.generation import GenerationSession
 from mlxhost.worker.prompt_cache import PromptCache
+from mlxhost.worker.prompt_store import LOAD_MARGIN, Entry
 from mlxhost.worker.sampling import SamplerCache, processors_for
 from mlxhost.worker.textstream import TextStream
 from mlxhost.worker.tokenizer import Tokenizer
@@ -99,6 +106,14 @@ class Batching:
         self._published_at = 0.0
         self._tokenizer: Tokenizer  # set by run()
         self.vocab_size = 0  # the width of the model's logits; set by the engine at load
+        # Whether to keep a snapshot at the end of each prompt: set by the engine at load for a
+        # model whose cache may become untrimmable (a trimmable one's final entry covers it).
+        self.snapshots = False
+        # Sessions back from the disk tier's loader thread, with what it read (None: unusable).
+        self._loaded: queue.SimpleQueue[tuple[GenerationSession, Entry, int, list[Any] | None]]
+        self._loaded = queue.SimpleQueue()
+        self._loading = 0  # sessions with the loader now
+        self._from_disk: set[GenerationSession] = set()  # back from the loader, not yet inserted
 
     def submit(self, session: GenerationSession) -> None:
         """On the event loop: queue `session` for the thread to take in before its next step."""
@@ -118,7 +133,8 @@ class Batching:
                     self._take_incoming(generator)
                     self._remove_cancelled(generator)
                     if not self.rows:
-                        if self.stopping and self.incoming.empty() and not self._deferred:
+                        idle = self.incoming.empty() and not self._deferred and not self._loading
+                        if self.stopping and idle:
                             return
                         self._quiet_if_paused()
                         self.busy_since = None
@@ -149,7 +165,11 @@ class Batching:
             self.on_quiet(number)
 
     def _take_incoming(self, generator: Any) -> None:
-        sessions, self._deferred = self._deferred, []
+        # All of them are counted in `waiting`, those back from the loader too (submitted, not
+        # yet in the batch).
+        sessions = self._back_from_disk()
+        sessions += self._deferred
+        self._deferred = []
         while True:
             try:
                 sessions.append(self.incoming.get_nowait())
@@ -164,12 +184,15 @@ class Batching:
             if session.cancel_reason is not None:
                 # Answered even while paused: a client that left must not wait for the job.
                 self.counters.cancelled += 1
+                self._from_disk.discard(session)
                 outputs.append((session, _cancelled(session, 0)))
             elif gate_closed:
                 self._deferred.append(session)
             else:
                 admitted.append(session)
-        self.waiting -= len(sessions) - len(self._deferred)
+        inserted = [s for s in admitted if not self._load_first(s)]
+        self.waiting -= len(sessions) - len(self._deferred) - (len(admitted) - len(inserted))
+        admitted = inserted
         if admitted:
             samplers = self._sampler_cache
             prompt_cache = self._prompt_cache
@@ -183,6 +206,7 @@ class Batching:
                 samplers=[samplers.sampler_for(s.request.sampling) for s in admitted],
                 logits_processors=[processors_for(s.request, self.vocab_size) for s in admitted],
             )
+            self._from_disk.difference_update(admitted)
             for uid, session, hit in zip(uids, admitted, cached, strict=True):
                 detokenizer = self._tokenizer.decoder.detokenizer
                 text = TextStream(detokenizer, session.request.stop)
@@ -190,11 +214,74 @@ class Batching:
                 self.counters.prompt_tokens += len(session.request.prompt)
         self._publish(outputs)
 
+    def _load_first(self, session: GenerationSession) -> bool:
+        """Hand `session` to the disk tier's loader if the disk starts it much further along."""
+        disk = self._prompt_cache.disk
+        if disk is None or session in self._from_disk:
+            return False
+        request = session.request
+        entry, covered = disk.find(request.prompt, request.cache_namespace)
+        in_memory = self._prompt_cache.usable(request.prompt, request.cache_namespace)
+        if entry is None or covered < in_memory + LOAD_MARGIN:
+            return False
+
+        def done(cache: list[Any] | None) -> None:  # in the loader thread
+            self._loaded.put((session, entry, covered, cache))
+            self.wake.set()
+
+        self._loading += 1
+        disk.load_soon(entry, done)
+        return True
+
+    def _back_from_disk(self) -> list[GenerationSession]:
+        # First in line again: they were submitted before anything still in `incoming`.
+        sessions: list[GenerationSession] = []
+        while True:
+            try:
+                session, entry, covered, cache = self._loaded.get_nowait()
+            except queue.Empty:
+                return sessions
+            self._loading -= 1
+            self._from_disk.add(session)  # not sent to the loader twice, whatever it found
+            if cache is not None and self._prompt_cache.disk is not None:
+                # Into the memory tier, where `take` finds it like any other entry.
+                self._prompt_cache.adopt(list(entry.tokens), cache, session.request.cache_namespace)
+                self._prompt_cache.disk.note_hit(covered)
+            sessions.append(session)
+
+    def _keep_removed(self, generator: Any, rows: list[_Row]) -> None:
+        """Remove `rows` from the generator, keeping the KV cache of those that want it kept."""
+        keep = [row for row in rows if row.session.request.keep_cache and self._prompt_cache.enabled]
+        caches = generator.remove([row.uid for row in rows], return_prompt_caches=bool(keep))
+        for row in keep:
+            cache, tokens = caches.get(row.uid, (None, []))
+            # Not one still queued: its KV is only the entry it started from, kept already.
+            if cache is not None and len(tokens) > row.cached:
+                self._prompt_cache.keep(list(tokens), cache, row.session.request.cache_namespace)
+
+    def _keep_snapshots(self, generator: Any, prompt_responses: list[Any]) -> None:
+        # The prompt's last token is a segment of its own (BatchGenerator makes it one), so a
+        # segment that ends short of the prompt's end leaves the KV holding prompt[:-1]. Kept,
+        # it starts the next turn (prompt + reply + new message) even when the cache cannot
+        # be trimmed and the template rewrote the reply.
+        uids = []
+        for response in prompt_responses:
+            row = self.rows.get(response.uid)
+            ended = response.end_of_segment and not response.end_of_prompt
+            wanted = row is not None and row.session.request.keep_cache and row.session.cancel_reason is None
+            if ended and wanted:
+                uids.append(response.uid)
+        if not uids:
+            return
+        for uid, (cache, tokens) in generator.extract_cache(uids).items():
+            if len(tokens) > self.rows[uid].cached:
+                self._prompt_cache.keep(list(tokens), cache, self.rows[uid].session.request.cache_namespace)
+
     def _remove_cancelled(self, generator: Any) -> None:
         gone = [row for row in self.rows.values() if row.session.cancel_reason is not None]
         if not gone:
             return
-        generator.remove([row.uid for row in gone])
+        self._keep_removed(generator, gone)
         outputs = []
         for row in gone:
             del self.rows[row.uid]
@@ -206,7 +293,9 @@ class Batching:
         self._publish(outputs)
 
     def _step(self, generator: Any) -> None:
-        _, responses = generator.next()
+        prompt_responses, responses = generator.next()
+        if self.snapshots and prompt_responses and self._prompt_cache.enabled:
+            self._keep_snapshots(generator, prompt_responses)
         counters = self.counters
         counters.steps += 1
         if not responses:
@@ -215,7 +304,7 @@ class Batching:
         counters.generated_tokens += len(responses)
         eos = self._tokenizer.decoder.eos_token_ids
         outputs: Outputs = []
-        stopped: list[int] = []
+        stopped: list[_Row] = []
         urgent = False  # a first token (TTFT) or an ending goes out with this step
         for response in responses:
             row = self.rows.get(response.uid)
@@ -229,7 +318,7 @@ class Batching:
                 text = row.text.add(response.token)
                 if row.text.stopped:
                     if finish is None:
-                        stopped.append(row.uid)
+                        stopped.append(row)
                     finish = "stop"
                 elif finish is not None:
                     text += row.text.finish()
@@ -247,8 +336,8 @@ class Batching:
                     self._prompt_cache.keep(
                         response.all_tokens, response.prompt_cache, row.session.request.cache_namespace
                     )
-        if stopped:
-            generator.remove(stopped)
+        if stopped:  # ended by a stop string, still in the generator: its KV is intact
+            self._keep_removed(generator, stopped)
         now = time.monotonic()
         if urgent or now - self._published_at >= self._publish_interval:
             self._publish(outputs)

@@ -6,12 +6,17 @@ steps mlx-lm's BatchGenerator over all open sessions. Prompts are encoded in a t
 sessions, hands them to the generation thread, passes each session the output that thread hands
 back, and says when everything is idle or a session has finished. It also holds the pause gate
 that pause.py closes for a managed job: `close_gate`, `wait_quiet`, `open_gate`.
+
+With a state directory and a disk bound, the prompt cache gets its disk tier (prompt_store.py)
+once the model is loaded: the model's fingerprint names its folder, and a probe cache (one token
+through the model) gives the signature every loaded cache must match.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -24,14 +29,18 @@ import anyio.abc
 import mlx.core as mx
 import mlx_lm
 from mlx_lm.generate import BatchGenerator
+from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache, make_prompt_cache
 
 from mlxhost.worker.batching import Batching, EngineFailed, Outputs
 from mlxhost.worker.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.grammar import Grammars
 from mlxhost.worker.prompt_cache import PromptCache, PromptCacheStatistics
+from mlxhost.worker.prompt_store import PromptStore, cache_signature, model_fingerprint, store_folder
 from mlxhost.worker.tokenizer import Tokenizer, context_length
 
 __all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "EngineStopped"]
+
+logger = logging.getLogger("mlxhost.engine")
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,10 @@ class EngineOptions:
     prefill_step: int = 2048
     prompt_cache_entries: int = 10
     prompt_cache_bytes: int = 1 << 30
+    # The disk tier: at most this many bytes under <state_dir>/prompt-cache/ (0 or no state_dir:
+    # memory only).
+    prompt_cache_disk_bytes: int = 0
+    state_dir: Path | None = None
     # Decoded text reaches the event loop at most this often (first tokens and endings at once).
     # Each hand-over wakes the loop, whose Python then holds the GIL the generation thread needs
     # between steps; readers send frames only every stream_interval anyway.
@@ -160,7 +173,35 @@ class Engine:
             prefill_batch_size=self.options.prefill_batch,
             prefill_step_size=self.options.prefill_step,
         )
-        self._batching.run(generator, tokenizer, started)
+        disk = self._open_disk_tier(model)
+        try:
+            self._batching.run(generator, tokenizer, started)
+        finally:
+            if disk is not None:
+                disk.close()  # the queued writes finish first
+
+    def _open_disk_tier(self, model: object) -> PromptStore | None:
+        # A cache of this model after one token: its layer classes, shapes and dtypes.
+        probe = make_prompt_cache(model)  # type: ignore[arg-type]
+        plain = (KVCache, QuantizedKVCache, ConcatenateKVCache)
+        self._batching.snapshots = any(not isinstance(layer, plain) for layer in probe)
+        options = self.options
+        if not (self._prompt_cache.enabled and options.prompt_cache_disk_bytes > 0 and options.state_dir):
+            return None
+        if not self.model_path.is_dir():
+            return None
+        model(mx.array([[0]]), cache=probe)  # type: ignore[operator]
+        mx.eval([layer.state for layer in probe])
+        adapter = Path(options.adapter_path) if options.adapter_path else None
+        try:
+            fingerprint = model_fingerprint(self.model_path, adapter)
+            folder = store_folder(options.state_dir, self.model_path, fingerprint)
+            store = PromptStore(folder, options.prompt_cache_disk_bytes, cache_signature(probe))
+        except OSError as exc:
+            logger.warning("prompt cache: no disk tier: %s", exc)
+            return None
+        self._prompt_cache.disk = store
+        return store
 
     # -- event loop side ---------------------------------------------------------------------
 

@@ -10,6 +10,15 @@ Entries are kept apart by namespace (the caller's scope and its `cache_salt`): a
 only from entries of its own namespace, so `cached_tokens` never tells one caller anything about
 another's prompts. The namespace is the key LRUPromptCache files its trie under.
 
+Caches that cannot be trimmed (a sliding window's RotatingKVCache once full, a hybrid model's
+ArraysCache) serve only prompts that extend their tokens; for them the generation thread also
+keeps a snapshot at the end of each prompt (batching.py), which the next turn of a chat extends
+even when the chat template rewrote the reply.
+
+Behind the memory tier is an optional disk tier (prompt_store.py, `disk`): whatever is kept here
+is also written there, and a prompt the disk can start much further along is loaded from it
+first (batching.py hands it to the store's loader thread).
+
 Runs in the generation thread only: the states are MLX arrays of that thread's stream.
 """
 
@@ -19,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+
+from mlxhost.worker.prompt_store import PromptStore, StoreStatistics
 
 __all__ = ["Namespace", "PromptCache", "PromptCacheStatistics"]
 
@@ -31,7 +42,15 @@ class PromptCacheStatistics:
     bytes: int
     lookups: int
     hits: int
-    cached_tokens: int  # prompt tokens not prefilled, over all requests
+    cached_tokens: int  # prompt tokens not prefilled, over all requests (from disk too)
+    disk: bool  # the disk tier is on (and this worker owns the model's folder)
+    disk_entries: int
+    disk_bytes: int
+    disk_hits: int  # loads from disk used
+    disk_cached_tokens: int  # prompt tokens loaded from disk rather than prefilled
+    disk_writes: int
+    disk_dropped_writes: int
+    disk_removed_files: int  # unreadable or foreign files removed
 
 
 class PromptCache:
@@ -41,6 +60,28 @@ class PromptCache:
         self._lookups = 0
         self._hits = 0
         self._cached_tokens = 0
+        self.disk: PromptStore | None = None  # set by the engine once the model is loaded
+
+    def usable(self, prompt: list[int], namespace: Namespace = ("", "")) -> int:
+        """How many of `prompt`'s tokens `take` would start from, without copying anything."""
+        if not self.enabled:
+            return 0
+        trie = self._lru._trie
+        found = trie.search(namespace, prompt)
+        if found.exact is not None:
+            exact = trie.get(namespace, found.exact).prompt_cache
+            return len(prompt) - 1 if can_trim_prompt_cache(exact) else 0
+        shorter = len(found.shorter) if found.shorter is not None else 0
+        longer = found.longer if found.common_prefix > shorter else None
+        if longer is not None and can_trim_prompt_cache(trie.get(namespace, longer).prompt_cache):
+            return min(len(prompt) - 1, found.common_prefix)
+        return shorter
+
+    def adopt(self, tokens: list[int], cache: list[Any], namespace: Namespace = ("", "")) -> None:
+        """Keep a cache loaded from the disk tier, in memory only (it is on disk already)."""
+        if self.enabled and tokens:
+            self._lru.insert_cache(namespace, list(tokens), cache)
+            self._drop_empty_namespaces()
 
     def take(self, prompt: list[int], namespace: Namespace = ("", "")) -> tuple[list[Any] | None, list[int]]:
         """A KV cache to start `prompt` from (None: from scratch) and the tokens left to prefill.
@@ -63,10 +104,12 @@ class PromptCache:
         return cache, list(rest)
 
     def keep(self, tokens: list[int], cache: list[Any], namespace: Namespace = ("", "")) -> None:
-        """Keep the KV cache of a finished generation, whose KV holds exactly `tokens`."""
+        """Keep a KV cache (of a generation, or of a prompt's end) whose KV holds exactly `tokens`."""
         if self.enabled and tokens:
             self._lru.insert_cache(namespace, list(tokens), cache)
             self._drop_empty_namespaces()
+            if self.disk is not None:
+                self.disk.spill(tokens, cache, namespace)
 
     def _drop_empty_namespaces(self) -> None:
         # LRUPromptCache keeps a namespace's trie root after its last entry is evicted: without
@@ -78,10 +121,19 @@ class PromptCache:
                 del roots[namespace]
 
     def statistics(self) -> PromptCacheStatistics:
+        disk = self.disk.statistics() if self.disk is not None else StoreStatistics(0, 0, 0, 0, 0, 0, 0)
         return PromptCacheStatistics(
             entries=len(self._lru),
             bytes=self._lru.nbytes,
             lookups=self._lookups,
             hits=self._hits,
             cached_tokens=self._cached_tokens,
+            disk=self.disk is not None and self.disk.ready,
+            disk_entries=disk.entries,
+            disk_bytes=disk.bytes,
+            disk_hits=disk.hits,
+            disk_cached_tokens=disk.cached_tokens,
+            disk_writes=disk.writes,
+            disk_dropped_writes=disk.dropped_writes,
+            disk_removed_files=disk.removed_files,
         )

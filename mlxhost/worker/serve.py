@@ -16,6 +16,7 @@ import anyio
 from mlxhost.config import Settings
 from mlxhost.runtime.listener import Listener, serve_in
 from mlxhost.runtime.shutdown import Shutdown
+from mlxhost.wire.layout import state_dir
 from mlxhost.worker.app import create_app
 from mlxhost.worker.engine import Engine, EngineOptions
 from mlxhost.worker.routes import Serving
@@ -47,6 +48,8 @@ async def serve_model(
         settings.prefill_step,
         prompt_cache_entries=settings.prompt_cache_size,
         prompt_cache_bytes=settings.prompt_cache_mb << 20,
+        prompt_cache_disk_bytes=settings.prompt_cache_disk_mb << 20,
+        state_dir=state_dir(settings),
         publish_interval=min(settings.stream_interval / 4, PUBLISH_INTERVAL_MAX),
         adapter_path=adapter_path,
     )

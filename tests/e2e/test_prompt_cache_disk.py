@@ -1,0 +1,184 @@
+"""The prompt cache's disk tier: kept KV caches outlive a crashed worker and a restarted host.
+
+Each host here has its own state directory; the caches are under <state_dir>/prompt-cache/.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from mlxhost.testing import RunningHost, start_host, wait_until
+
+SYSTEM = " ".join(["You are a careful harbour master who logs every ship, its cargo and its crew."] * 12)
+
+
+def conversation(topic: str | None = None) -> list[dict[str, str]]:
+    """A long prompt (a shared system prompt) no earlier request began with."""
+    topic = topic or uuid.uuid4().hex
+    return [
+        {"role": "system", "content": f"{topic} {SYSTEM}"},
+        {"role": "user", "content": "Who came in today?"},
+    ]
+
+
+def ask(
+    client: openai.OpenAI, messages: list[dict[str, str]], salt: str | None = None, model: str = "tiny"
+) -> tuple[str, int, int]:
+    """(reply, prompt tokens, cached tokens) of a greedy chat completion."""
+    extra = {"cache_salt": salt} if salt else {}
+    reply = client.chat.completions.create(
+        model=model,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=12,
+        temperature=0,
+        extra_body=extra,
+    )
+    usage = reply.usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    return (
+        reply.choices[0].message.content or "",
+        usage.prompt_tokens,
+        usage.prompt_tokens_details.cached_tokens or 0,
+    )
+
+
+def disk(host: RunningHost) -> dict[str, Any]:
+    return host.worker_health()["prompt_cache"]  # type: ignore[no-any-return]
+
+
+def wait_written(host: RunningHost, writes: int) -> None:
+    """Until the worker's writer thread has written `writes` entries in all."""
+    wait_until(lambda: disk(host)["disk_writes"] >= writes)
+
+
+def crash_worker(host: RunningHost) -> None:
+    """SIGKILL the worker and wait until its replacement serves."""
+    old = host.worker()
+    os.kill(old["pid"], signal.SIGKILL)
+    wait_until(lambda: (w := host.worker())["state"] == "ready" and w["pid"] not in (None, old["pid"]))
+
+
+def cache_files(state_dir: Path) -> list[Path]:
+    return [p for p in state_dir.glob("prompt-cache/*/*.safetensors") if not p.name.startswith(".")]
+
+
+@pytest.fixture(scope="module")
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("state")
+
+
+@pytest.fixture(scope="module")
+def host(tiny_model: Path, state_dir: Path) -> Iterator[RunningHost]:
+    with start_host("--model", str(tiny_model), "--state-dir", str(state_dir)) as running:
+        yield running
+
+
+@pytest.fixture
+def client(host: RunningHost) -> Iterator[openai.OpenAI]:
+    with host.client() as c:
+        yield c
+
+
+def test_after_a_worker_crash_a_prompt_starts_from_disk_with_the_same_answer(
+    host: RunningHost, client: openai.OpenAI
+) -> None:
+    again, extended = conversation(), conversation()
+    written = disk(host)["disk_writes"]
+    cold, again_tokens, _ = ask(client, again)
+    reply, first_tokens, _ = ask(client, extended)
+    wait_written(host, written + 2)
+    crash_worker(host)
+
+    assert disk(host)["entries"] == 0  # a new process: nothing in memory
+    warm, _, cached = ask(client, again)
+    assert cached == again_tokens - 1
+    assert warm == cold  # greedy from a loaded cache, as from a cold prefill
+    follow_up = [*extended, {"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
+    _, prompt_tokens, cached = ask(client, follow_up)
+    assert first_tokens <= cached < prompt_tokens
+    stats = disk(host)
+    assert (
+        stats["disk"]
+        and stats["disk_hits"] >= 2
+        and stats["disk_cached_tokens"] >= again_tokens + first_tokens - 1
+    )
+
+
+def test_callers_never_share_what_is_on_disk(host: RunningHost, client: openai.OpenAI) -> None:
+    question = conversation()
+    alice, bob = uuid.uuid4().hex, uuid.uuid4().hex
+    written = disk(host)["disk_writes"]
+    _, prompt_tokens, _ = ask(client, question, salt=alice)
+    wait_written(host, written + 1)
+    crash_worker(host)
+    assert ask(client, question, salt=bob)[2] < prompt_tokens / 2
+    assert ask(client, question, salt=alice)[2] == prompt_tokens - 1
+
+
+def test_a_corrupt_file_is_removed_and_the_request_just_prefills(
+    host: RunningHost, client: openai.OpenAI, state_dir: Path
+) -> None:
+    question = conversation()
+    written = disk(host)["disk_writes"]
+    answer, prompt_tokens, _ = ask(client, question)
+    wait_written(host, written + 1)
+    folder = cache_files(state_dir)[0].parent
+    restarts = host.worker()["restarts"]
+    (folder / f"{'0' * 32}-garbage.safetensors").write_bytes(
+        b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!"
+    )
+    crash_worker(host)
+    assert disk(host)["disk_removed_files"] >= 1  # the garbage, at the new worker's start
+    for path in cache_files(state_dir):  # cut short after the index was read: found on load
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    again, _, cached = ask(client, question)
+    assert again == answer and cached < prompt_tokens / 2
+    assert disk(host)["disk_removed_files"] >= 2
+    assert host.worker()["restarts"] == restarts + 1  # the crash above, none from a file
+
+
+def test_the_cache_outlives_the_host_and_stays_under_its_bound(tiny_model: Path, tmp_path: Path) -> None:
+    bound = 1 << 20
+    args = ("--model", str(tiny_model), "--state-dir", str(tmp_path), "--prompt-cache-disk-mb", "1")
+    question = conversation()
+    with start_host(*args) as first, first.client() as client:
+        for _ in range(5):  # each entry is over 300 KiB: well past the bound in all
+            ask(client, conversation())
+        answer, prompt_tokens, _ = ask(client, question)
+        wait_until(lambda: (d := disk(first))["disk_writes"] + d["disk_dropped_writes"] >= 6)
+        stats = disk(first)
+        assert (
+            0
+            < stats["disk_bytes"]
+            <= bound
+            < stats["disk_writes"] * stats["disk_bytes"] / stats["disk_entries"]
+        )
+    assert 0 < sum(p.stat().st_size for p in cache_files(tmp_path)) <= bound
+    with start_host(*args) as second, second.client() as client:
+        again, _, cached = ask(client, question)
+        assert (again, cached) == (answer, prompt_tokens - 1)
+        assert disk(second)["disk_hits"] == 1
+
+
+def test_a_sliding_window_model_reuses_the_end_of_the_prompt(sliding_model: Path) -> None:
+    running = start_host("--model", str(sliding_model), "--prompt-cache-disk-mb", "0")
+    with running, running.client() as client:
+        question = conversation()
+        reply, first_tokens, _ = ask(client, question, model="sliding")
+        follow_up = [
+            *question,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "And then?"},
+        ]
+        _, prompt_tokens, cached = ask(client, follow_up, model="sliding")
+    # The snapshot at the prompt's end holds all of it but its last token: a full window
+    # cannot be trimmed, so the finished generation's own entry alone would give nothing.
+    assert first_tokens - 1 <= cached < prompt_tokens
