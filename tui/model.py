@@ -29,6 +29,7 @@ from mlxhost.wire.admin import (
     SessionClosed,
     SessionOpened,
     SessionProgressed,
+    StandbyRecord,
     WorkerExhausted,
     WorkerExited,
     WorkerMemory,
@@ -117,6 +118,7 @@ class ConsoleModel:
         self.sessions: dict[str, SessionRow] = {}
         self.gauges: dict[str, Gauge] = {}
         self.jobs: dict[str, JobRow] = {}  # newest first, as the host lists them
+        self.standby: tuple[StandbyRecord, ...] = ()  # warm interpreters; only snapshots report them
 
     @classmethod
     def from_snapshot(cls, state: HostState, now: float) -> ConsoleModel:
@@ -158,6 +160,7 @@ class ConsoleModel:
         self._load_gauges(state)
         if not stale:
             self._load_jobs(state)  # events report all a job does: an older snapshot has nothing new
+            self.standby = state.standby
             self.host = HostInfo.from_state(state, now)
             self.seq = state.seq
         elif self.host is not None:

@@ -31,12 +31,13 @@ from mlxhost.wire.admin import (
     HostRecord,
     HostState,
     SessionsRecord,
+    StandbyRecord,
     StreamLagged,
 )
 from mlxhost.wire.errors import InvalidRequest, NotFound
 from mlxhost.wire.inert import excerpt
 
-__all__ = ["WatchedStream", "admin_routes", "host_state", "sessions_record"]
+__all__ = ["WatchedStream", "admin_routes", "host_state", "sessions_record", "standby_records"]
 
 HEARTBEAT = 10.0  # seconds between SSE comments on a quiet event stream
 RETRY_MS = 2000
@@ -59,7 +60,13 @@ def host_state(host: ParentState) -> HostState:
         admission={model: a.statistics() for model, a in host.admissions.items()},
         execution=host.coordinator.record(),
         jobs=tuple(host.jobs.recent()) if host.jobs is not None else (),
+        standby=standby_records(host.pool),
     )
+
+
+def standby_records(pool: ModelPool) -> tuple[StandbyRecord, ...]:
+    """The warm standby interpreters, and the memory each one costs."""
+    return tuple(pool.standby.snapshot()) if pool.standby is not None else ()
 
 
 def sessions_record(host: Any) -> SessionsRecord:

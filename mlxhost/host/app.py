@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mlxhost.config import ModelSpec, Settings
-from mlxhost.host.admin import admin_routes, host_state
+from mlxhost.host.admin import admin_routes, host_state, standby_records
 from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.jobs.routes import job_routes
 from mlxhost.host.jobs.runner import JobRunner
@@ -202,6 +202,7 @@ async def health(request: Request) -> Response:
             "workers": [w.to_json() for w in workers],
             "models": [m.to_json() for m in models],
             "admission": {model: stats.to_json() for model, stats in _admission_stats(state).items()},
+            "standby": [s.to_json() for s in standby_records(state.pool)],
         },
         status_code=200 if ok else 503,
     )

@@ -1,7 +1,8 @@
 """GET /metrics: the host in Prometheus text format, through prometheus-client.
 
 Counters and histograms are fed as sessions close; gauges (running and waiting sessions, worker
-state, restarts, memory, the execution lease and jobs) are read from the live host at scrape time, so they are never stale.
+state, restarts, memory, warm standbys and what they cost, the execution lease and jobs) are read
+from the live host at scrape time, so they are never stale.
 """
 
 from __future__ import annotations
@@ -113,7 +114,23 @@ class _LiveCollector(Collector):
             for kind, value in (worker.memory.__dict__ if worker.memory else {}).items():
                 memory.add_metric([worker.id, kind.removesuffix("_bytes")], value)
         yield from (running, waiting, rejected, restarts, worker_state, memory)
+        yield from _standby(state)
         yield from _execution(state)
+
+
+def _standby(state: HostState) -> Iterator[Metric]:
+    """The warm interpreters waiting to become workers, by state, and the memory they hold together."""
+    count = GaugeMetricFamily(
+        "mlxhost_standby_workers", "Warm standby interpreters, by state (warming, ready)", labels=["state"]
+    )
+    for name in ("warming", "ready"):
+        count.add_metric([name], sum(s.state == name for s in state.standby))
+    yield count
+    yield GaugeMetricFamily(
+        "mlxhost_standby_rss_bytes",
+        "Resident memory of the warm standby interpreters, together",
+        sum(s.rss_bytes for s in state.standby),
+    )
 
 
 def _execution(state: HostState) -> Iterator[Metric]:

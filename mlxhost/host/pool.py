@@ -11,6 +11,10 @@ TTL is unloaded.
 Models can join while the host runs: a managed job's output (`register`), served like any other.
 No worker starts while a job holds the exclusive execution lease (`spawn_gate`).
 
+Once the preloaded models are up, the pool keeps `standby_workers` warm interpreters
+(`mlxhost.host.standby`): a worker's respawn or a cold start takes one, and costs the model's load
+rather than a fresh interpreter's imports. They are closed after the workers, as the pool closes.
+
 A worker chosen to go leaves the pool at once, before it has stopped: no request is routed to it
 from then on, and requests for its model start a fresh worker. Taking a worker and counting a
 request in flight on it happen with no checkpoint in between (`acquire`, then `Supervisor.lease`),
@@ -30,6 +34,7 @@ import anyio.abc
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.events import EventHub
+from mlxhost.host.standby import StandbyPool
 from mlxhost.host.supervisor import Supervisor
 from mlxhost.host.worker_status import WorkerState, WorkerUnavailable
 from mlxhost.wire.admin import ModelEvicted, ModelRecord
@@ -58,10 +63,12 @@ class ModelPool:
         events: EventHub | None = None,
         on_progress: Callable[[SessionProgress], None] | None = None,
         spawn_gate: Callable[[], Awaitable[None]] | None = None,
+        standby: StandbyPool | None = None,
     ) -> None:
         self.events = events or EventHub()
         self._on_progress = on_progress
         self._spawn_gate = spawn_gate
+        self.standby = standby
         self.settings = settings
         self.specs = specs
         self.default = specs[0]
@@ -88,8 +95,12 @@ class ModelPool:
         on_progress: Callable[[SessionProgress], None] | None = None,
         spawn_gate: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncIterator[ModelPool]:
-        async with anyio.create_task_group() as tg:
-            pool = cls(settings, specs, paths, runtime_dir, tg, events, on_progress, spawn_gate)
+        # The standbys close after the workers (whose output may still run through their pumps).
+        async with (
+            StandbyPool.open(settings, spawn_gate, start=False) as standby,
+            anyio.create_task_group() as tg,
+        ):
+            pool = cls(settings, specs, paths, runtime_dir, tg, events, on_progress, spawn_gate, standby)
             tg.start_soon(pool._unload_idle)
             try:
                 yield pool
@@ -156,6 +167,8 @@ class ModelPool:
                     await self.acquire(spec)
             except (WorkerUnavailable, TimeoutError) as exc:
                 logger.error("model %s did not load at start: %s", spec.id, exc)
+        if self.standby is not None:
+            self.standby.start()  # now, not while the first workers import the same libraries
 
     async def acquire(self, spec: ModelSpec) -> Supervisor:
         """A ready worker for `spec`, starting it if it is not resident.
@@ -222,6 +235,7 @@ class ModelPool:
             self.events,
             self._on_progress,
             spawn_gate=self._spawn_gate,
+            standby=self.standby,
         )
         self._resident[spec.id] = supervisor
         await self._tg.start(self._supervise, supervisor)

@@ -4,7 +4,8 @@
 
 This is the state machine, and what the pool and the relay see of a worker: whether it is ready,
 its requests in flight, its snapshot and its events. One process at a time runs as a
-`WorkerProcess` (`mlxhost.host.worker_process`: spawn, launch protocol, liveness, stop, exit).
+`WorkerProcess` (`mlxhost.host.worker_process`: spawn, launch protocol, liveness, stop, exit), a
+warm standby's when one is ready (`mlxhost.host.standby`), so that a respawn costs the model's load.
 After an unplanned exit the `RestartBudget` (`mlxhost.host.restart_budget`) says whether to
 respawn, after what backoff, or to give up: a worker that cannot even be spawned is a failed start
 like any other, never the host's end, and a launch mismatch is not tried again. Once exhausted,
@@ -36,6 +37,7 @@ from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.launch import launch_record
 from mlxhost.host.restart_budget import GiveUp, RestartBudget
+from mlxhost.host.standby import StandbyPool
 from mlxhost.host.upstream import UpstreamError, UpstreamResponse, WorkerClient
 from mlxhost.host.worker_process import WorkerProcess
 from mlxhost.host.worker_status import WorkerExit, WorkerState, WorkerUnavailable
@@ -70,6 +72,7 @@ class Supervisor:
         on_progress: Callable[[SessionProgress], None] | None = None,
         *,
         spawn_gate: Callable[[], Awaitable[None]] | None = None,
+        standby: StandbyPool | None = None,
     ) -> None:
         self.events = events or EventHub()
         self._on_progress = on_progress
@@ -93,6 +96,7 @@ class Supervisor:
         self.paused_now = False  # a `paused()` block holds the running worker paused
         # Awaited before every spawn: returns once a process may start (no job holds the machine).
         self._spawn_gate = spawn_gate
+        self._standby = standby  # warm interpreters: a respawn takes one rather than spawning
         self._worker: WorkerProcess | None = None  # the process running now
         self._changed = anyio.Event()
         self._idle = anyio.Event()
@@ -387,6 +391,7 @@ class Supervisor:
             on_memory=self._memory_read,
             on_progress=self._on_progress,
             drain=self._drain,
+            standby=self._standby,
         )
         try:
             await worker.run(record, self._terminate)

@@ -1,6 +1,8 @@
 """One worker process, from spawn to exit: start it, hear it out, watch it, stop it, say how it ended.
 
-The process gets its launch record on stdin and answers on stdout (`mlxhost.wire.launch`): a ready
+The process is a warm standby when the `StandbyPool` has one ready (`mlxhost.host.standby`: its
+imports done, it waits for its record), else a fresh spawn; from then on both are the same. It
+gets its launch record on stdin and answers on stdout (`mlxhost.wire.launch`): a ready
 line, then memory readings and session progress, which go to the supervisor's callbacks; any other
 line, on stdout or stderr, is the worker's log. A ready line that does not answer the launch record,
 or none within `load_timeout`, gets the process killed. Once ready, it is watched until it exits,
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -30,6 +33,7 @@ import anyio.abc
 from mlxhost.config import Settings
 from mlxhost.host.launch import lines, refusal, worker_command
 from mlxhost.host.liveness import wait_hung
+from mlxhost.host.standby import StandbyPool
 from mlxhost.host.worker_status import WorkerExit
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import (
@@ -38,6 +42,7 @@ from mlxhost.wire.launch import (
     MemoryReading,
     ReadyLine,
     SessionProgress,
+    StandbyLine,
     parse_line,
 )
 
@@ -102,6 +107,7 @@ class WorkerProcess:
         on_memory: Callable[[MemoryReading], None],
         on_progress: Callable[[SessionProgress], None] | None,
         drain: Callable[[], Awaitable[None]],
+        standby: StandbyPool | None = None,
     ) -> None:
         self.id = worker_id
         self.socket_path = socket_path
@@ -111,6 +117,7 @@ class WorkerProcess:
         self._on_memory = on_memory
         self._on_progress = on_progress
         self._drain = drain  # before it is asked to stop: let its requests finish
+        self._standby = standby  # warm processes to take instead of spawning
         self.process: anyio.abc.Process | None = None  # while it runs
         self.exit: WorkerExit | None = None  # once it ended (set even if `run` is cancelled)
         self._hung: str | None = None  # why the liveness watch killed it
@@ -125,13 +132,18 @@ class WorkerProcess:
     async def run(self, record: LaunchRecord, terminate: anyio.Event) -> WorkerExit:
         """Spawn it and serve until it exits; `terminate` asks it to end (drained, then signalled)."""
         spawned = time.monotonic()
-        try:
-            # A session of its own: signals meant for the parent's terminal (Ctrl-C) skip it.
-            process = await anyio.open_process(worker_command(self.settings), start_new_session=True)
-        except (OSError, ValueError) as exc:  # no such file, not executable, EMFILE, bad command
-            why = f"cannot start the worker: {excerpt(exc, MESSAGE_CHARS)}"
-            self.exit = exit_of(None, None, time.monotonic() - spawned, False, why)
-            return self.exit
+        standby = self._standby.take() if self._standby is not None else None
+        if standby is not None:
+            process = standby.process
+            logger.info("worker %s: takes the warm standby pid %d", self.id, process.pid)
+        else:
+            try:
+                # A session of its own: signals meant for the parent's terminal (Ctrl-C) skip it.
+                process = await anyio.open_process(worker_command(self.settings), start_new_session=True)
+            except (OSError, ValueError) as exc:  # no such file, not executable, EMFILE, bad command
+                why = f"cannot start the worker: {excerpt(exc, MESSAGE_CHARS)}"
+                self.exit = exit_of(None, None, time.monotonic() - spawned, False, why)
+                return self.exit
         self.process = process
         self._on_spawned(process.pid)
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
@@ -140,10 +152,18 @@ class WorkerProcess:
         unsent: str | None = None  # why the launch record could not be written
         try:
             assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-            stdout_done, stderr_done = anyio.Event(), anyio.Event()
+            log = logging.getLogger(f"mlxhost.worker.{self.id}")
+            on_stdout = functools.partial(self._stdout_line, start, log)
+            on_stderr = functools.partial(self._stderr_line, stderr_tail, log)
             async with anyio.create_task_group() as readers:
-                readers.start_soon(self._read_stdout, process.stdout, start, stdout_done)
-                readers.start_soon(self._read_stderr, process.stderr, stderr_tail, stderr_done)
+                if standby is None:
+                    stdout_done, stderr_done = anyio.Event(), anyio.Event()
+                    readers.start_soon(_read, process.stdout, on_stdout, stdout_done)
+                    readers.start_soon(_read, process.stderr, on_stderr, stderr_done)
+                else:
+                    # Its pumps carry on in the standby pool, into these sinks from the next line.
+                    standby.attach(on_stdout, on_stderr)
+                    stdout_done, stderr_done = standby.stdout_closed, standby.stderr_closed
                 try:
                     await process.stdin.send(record.encode())
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
@@ -217,35 +237,33 @@ class WorkerProcess:
         logger.warning("worker %s: did not stop after SIGTERM; killing it", self.id)
         process.kill()
 
-    async def _read_stdout(self, stream: anyio.abc.ByteReceiveStream, start: _Start, done: anyio.Event) -> None:
-        log = logging.getLogger(f"mlxhost.worker.{self.id}")
-        try:
-            async for line in lines(stream):
-                message = parse_line(line)
-                if isinstance(message, ReadyLine):
-                    if not start.ready.is_set():
-                        start.refused = refusal(message, self.socket_path)
-                        start.ready.set()
-                elif isinstance(message, MemoryReading):
-                    self._on_memory(message)
-                elif isinstance(message, SessionProgress):
-                    if self._on_progress is not None:
-                        self._on_progress(message)
-                else:
-                    log.info("%s", line)
-        finally:
-            done.set()
+    def _stdout_line(self, start: _Start, log: logging.Logger, line: str) -> None:
+        message = parse_line(line)
+        if isinstance(message, ReadyLine):
+            if not start.ready.is_set():
+                start.refused = refusal(message, self.socket_path)
+                start.ready.set()
+        elif isinstance(message, MemoryReading):
+            self._on_memory(message)
+        elif isinstance(message, SessionProgress):
+            if self._on_progress is not None:
+                self._on_progress(message)
+        elif isinstance(message, StandbyLine):
+            pass  # its imports are done: a spawned worker says so before it reads its record
+        else:
+            log.info("%s", line)
 
-    async def _read_stderr(
-        self, stream: anyio.abc.ByteReceiveStream, tail: collections.deque[str], done: anyio.Event
-    ) -> None:
-        log = logging.getLogger(f"mlxhost.worker.{self.id}")
-        try:
-            async for line in lines(stream):
-                tail.append(excerpt(line, MESSAGE_CHARS))  # the last one may become an exit's reason
-                log.info("%s", line)
-        finally:
-            done.set()
+    def _stderr_line(self, tail: collections.deque[str], log: logging.Logger, line: str) -> None:
+        tail.append(excerpt(line, MESSAGE_CHARS))  # the last one may become an exit's reason
+        log.info("%s", line)
+
+
+async def _read(stream: anyio.abc.ByteReceiveStream, sink: Callable[[str], None], done: anyio.Event) -> None:
+    try:
+        async for line in lines(stream):
+            sink(line)
+    finally:
+        done.set()
 
 
 async def _first_of(*waits: Any) -> None:

@@ -1,10 +1,16 @@
 """What the parent and a worker say to each other over the worker's stdin and stdout.
 
+    worker → parent stdout:  `MLXHOST-STANDBY {json}` once its imports are done, before it
+                             reads stdin: from here a model load is all a launch costs.
     parent → worker stdin:   one JSON launch record line; then nothing. End of stdin means the
-                             parent is gone, and the worker stops.
+                             parent is gone, and the worker stops (before a record: at once,
+                             with status 0, since it made nothing).
     worker → parent stdout:  `MLXHOST-READY {json}` once serving, then `MLXHOST-EVENT {json}`
                              lines (memory readings, session progress). Any other line, on
                              stdout or stderr, is the worker's log.
+
+The parent may write the record at once (a plain spawn), or keep the process as a warm standby and
+write it when a worker is needed (`mlxhost.host.standby`): the worker behaves the same either way.
 
 The parent checks the ready line against the launch record (socket, protocol version) and kills
 a worker whose line does not match. Each session's last progress report says `done`: by then the
@@ -27,11 +33,13 @@ __all__ = [
     "PAUSE_LEASE_PATH",
     "PROTOCOL_VERSION",
     "WORKER_READY",
+    "WORKER_STANDBY",
     "BadLaunchRecord",
     "LaunchRecord",
     "MemoryReading",
     "ReadyLine",
     "SessionProgress",
+    "StandbyLine",
     "parse_line",
 ]
 
@@ -41,6 +49,7 @@ PROTOCOL_VERSION = 1
 PAUSE_LEASE_PATH = "/admin/lease"
 WORKER_READY = "MLXHOST-READY "
 WORKER_EVENT = "MLXHOST-EVENT "
+WORKER_STANDBY = "MLXHOST-STANDBY "
 EXIT_BAD_LAUNCH = 2
 
 
@@ -103,6 +112,14 @@ class ReadyLine:
 
 
 @dataclass(frozen=True)
+class StandbyLine:
+    pid: int
+
+    def encode(self) -> str:
+        return WORKER_STANDBY + json.dumps(asdict(self))
+
+
+@dataclass(frozen=True)
 class MemoryReading:
     active_bytes: int
     cache_bytes: int
@@ -125,11 +142,13 @@ class SessionProgress:
         return WORKER_EVENT + json.dumps({"type": "session.progress", **asdict(self)})
 
 
-def parse_line(line: str) -> ReadyLine | MemoryReading | SessionProgress | None:
+def parse_line(line: str) -> ReadyLine | StandbyLine | MemoryReading | SessionProgress | None:
     """A protocol line from a worker's stdout, or None for a log line."""
     try:
         if line.startswith(WORKER_READY):
             return ReadyLine(**json.loads(line[len(WORKER_READY) :]))
+        if line.startswith(WORKER_STANDBY):
+            return StandbyLine(**json.loads(line[len(WORKER_STANDBY) :]))
         if line.startswith(WORKER_EVENT):
             data = json.loads(line[len(WORKER_EVENT) :])
             kind = data.pop("type", None)

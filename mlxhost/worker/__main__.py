@@ -1,12 +1,16 @@
 """`python -m mlxhost.worker`: serve one model on a private Unix socket for the parent.
 
-See `mlxhost.wire.launch` for what goes over stdin and stdout.
+See `mlxhost.wire.launch` for what goes over stdin and stdout. Everything a worker needs is
+imported before the launch record is read, then the standby line says so: a parent may keep such
+a process waiting (`mlxhost.host.standby`), and a crashed worker's successor then costs the model's
+load, not the seconds a fresh interpreter spends importing MLX, mlx-lm and transformers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -28,6 +32,7 @@ from mlxhost.wire.launch import (
     MemoryReading,
     ReadyLine,
     SessionProgress,
+    StandbyLine,
 )
 from mlxhost.wire.layout import ADMIN_TOKEN_FILE
 
@@ -40,15 +45,31 @@ PROGRESS_INTERVAL = 0.25
 PARENT_GONE = "parent gone (stdin closed)"
 STDIN_FILENO = 0  # the pipe from the parent, even where sys.stdin was replaced (tests' wrappers)
 RSS_GRANULARITY = 1 << 20  # RSS wobbles by pages; report it when it moves by a MiB or more
+# What `mlx_lm.load` would still import on its own, for most models, once the serving stack is in.
+# The model's own module (mlx_lm.models.<type>) and its tokenizer's are left to the load.
+LOAD_IMPORTS = (
+    "mlx_lm.models.activations",
+    "mlx_lm.models.rope_utils",
+    "mlx_lm.tool_parsers.json_tools",
+    "transformers.utils.type_validators",
+    "transformers.video_utils",
+)
 
 logger = logging.getLogger("mlxhost.worker")
 
 
 def main() -> None:
-    line = sys.stdin.buffer.readline()
+    preload()
     try:
-        if not line:
-            raise BadLaunchRecord("no launch record on stdin")
+        print(StandbyLine(os.getpid()).encode(), flush=True)
+    except BrokenPipeError:  # the parent went while this process imported
+        os._exit(0)
+    line = sys.stdin.buffer.readline()
+    if not line:
+        # The parent went (or dropped this standby) before it needed a worker: nothing was made,
+        # nothing is wrong, and nobody reads a reason.
+        sys.exit(0)
+    try:
         record = LaunchRecord.decode(line)
         settings = settings_from_options(record.options)
     except (BadLaunchRecord, ConfigError) as exc:
@@ -63,6 +84,16 @@ def main() -> None:
     watch.start()  # before the model loads, which can take minutes
     anyio.run(_run, record, settings, watch, backend="asyncio")
     exit_now(0)
+
+
+def preload() -> None:
+    """Import what serving will need, before the launch record says which model to serve."""
+    # mlx.core, mlx_lm and transformers' tokenizer machinery, the engine, the app: seconds.
+    import mlxhost.worker.serve  # noqa: F401
+
+    for name in LOAD_IMPORTS:
+        with contextlib.suppress(ImportError):  # another library version may not have it
+            importlib.import_module(name)
 
 
 class ParentWatch:

@@ -3,6 +3,7 @@ fixed state, and once in a real terminal (tmux)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -26,6 +27,7 @@ from textual.pilot import Pilot
 import mlxhost_tui.parts
 from mlxhost.client.admin import Target
 from mlxhost.testing import RunningHost, start_host
+from mlxhost.wire.admin import StandbyRecord
 from mlxhost_tui.app import ConsoleApp, make_app
 from mlxhost_tui.screens import ConfirmScreen, HelpScreen
 from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
@@ -33,6 +35,7 @@ from tests.unit import test_console_model as given  # the fixed state the snapsh
 
 CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "temperature": 0, "stream": True}
 SIZE = (100, 30)
+STANDBY = (StandbyRecord(pid=5100, state="ready", rss_bytes=310 << 20),)  # the snapshots show its row
 
 
 @pytest.fixture
@@ -136,7 +139,7 @@ async def test_r_restarts_the_selected_worker(host: RunningHost) -> None:
     app = console(host)
     async with app.run_test(size=SIZE) as pilot:
         workers = app.query_one(WorkersTable)
-        await until(pilot, lambda: workers.row_count == 1, "the worker is listed")
+        await until(pilot, lambda: workers.row_count >= 1, "the worker is listed")
         worker = workers.selected
         assert worker is not None and worker.state == "ready"
         old_pid = worker.pid
@@ -183,7 +186,7 @@ async def test_a_killed_worker_shows_its_restart(tiny_model: Path) -> None:
         app = console(server)
         async with app.run_test(size=SIZE) as pilot:
             workers = app.query_one(WorkersTable)
-            await until(pilot, lambda: workers.row_count == 1 and workers.selected.state == "ready", "ready")  # type: ignore[union-attr]
+            await until(pilot, lambda: workers.row_count >= 1 and workers.selected.state == "ready", "ready")  # type: ignore[union-attr]
             worker = workers.selected
             assert worker is not None
             old_pid = worker.pid
@@ -258,7 +261,7 @@ def fixed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], ConsoleApp]]
 
 async def feed(pilot: Pilot[Any], connection: str = "connected", detail: str = "") -> None:
     app: ConsoleApp = pilot.app  # type: ignore[assignment]
-    app.main.ingest(given.STATE, given.EVENTS)
+    app.main.ingest(dataclasses.replace(given.STATE, standby=STANDBY), given.EVENTS)
     app.main.set_connection(connection, detail)
     await pilot.pause()
 
@@ -390,5 +393,5 @@ async def test_the_console_ignores_proxies_for_a_local_host(host: RunningHost, m
     app = console(host)
     async with app.run_test(size=SIZE) as pilot:
         workers = app.query_one(WorkersTable)
-        await until(pilot, lambda: workers.row_count == 1, "the worker is listed")
+        await until(pilot, lambda: workers.row_count >= 1, "the worker is listed")
         assert app.main.status.connection == "connected"

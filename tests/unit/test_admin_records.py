@@ -47,6 +47,7 @@ from mlxhost.wire.admin import (
     SessionProgressed,
     SessionRecord,
     SessionsRecord,
+    StandbyRecord,
     StreamLagged,
     StreamReset,
     UnknownEvent,
@@ -183,7 +184,15 @@ def test_events_keep_their_wire_shape() -> None:
 
 def test_the_state_keeps_its_wire_shape() -> None:
     data = STATE.to_json()
-    assert list(data) == ["seq", "host", "workers", "models", "sessions", "admission", "execution", "jobs"]
+    assert list(data) == [
+        "seq", "host", "workers", "models", "sessions", "admission", "execution", "jobs", "standby",
+    ]  # fmt: skip
+    assert data["standby"] == []  # a host with none; one from before standby workers sends no key
+    old = {k: v for k, v in data.items() if k != "standby"}
+    assert HostState.from_json(old).standby == ()
+    standby = StandbyRecord(pid=9, state="warming", rss_bytes=100)
+    assert StandbyRecord.from_json(standby.to_json()) == standby
+    assert standby.to_json() == {"pid": 9, "state": "warming", "rss_bytes": 100}
     assert list(data["workers"][0]) == [
         "id", "model", "state", "pid", "socket", "restarts", "in_flight", "uptime_s", "ready_s", "last_exit", "memory",
     ]  # fmt: skip

@@ -131,7 +131,7 @@ def test_the_fixed_state_and_events_read_as_records() -> None:
     assert not [e for e in EVENTS if isinstance(e, UnknownEvent)]  # each has its type's fields
     assert [e.type for e in EVENTS_WITH_CONTROLS if isinstance(e, UnknownEvent)] == [f"custom{EVIL}"]
     idle = {"shared": 0, "exclusive": None, "waiting": [], "paused": []}
-    assert STATE.to_json() == {**STATE_JSON, "execution": idle, "jobs": []}
+    assert STATE.to_json() == {**STATE_JSON, "execution": idle, "jobs": [], "standby": []}
 
 
 def test_a_snapshot_shows_its_host_workers_sessions_and_gauges() -> None:

@@ -20,6 +20,7 @@ STATE_STYLES = {
     "completed": "green",
     "starting": "yellow",
     "restarting": "yellow",
+    "warming": "yellow",
     "unloading": "yellow",
     "queued": "yellow",
     "preparing": "yellow",

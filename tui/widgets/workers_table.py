@@ -1,4 +1,5 @@
-"""The workers: one row per model process, its state, restarts, uptime, memory and last exit."""
+"""The workers: one row per model process, its state, restarts, uptime, memory and last exit; and
+one last row for the warm standby interpreters, with the memory they cost."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from mlxhost_tui.parts import WorkerRow
 from mlxhost_tui.text import sparkline
 from mlxhost_tui.widgets.base import Cells, Clock, ModelTable, state_text
 
-__all__ = ["WorkersTable"]
+__all__ = ["STANDBY_KEY", "WorkersTable"]
+
+STANDBY_KEY = "\x00standby"  # no model id has a control character: the host strips them
 
 
 class WorkersTable(ModelTable):
@@ -51,7 +54,24 @@ class WorkersTable(ModelTable):
                 Text(sparkline(worker.readings, self.TREND_WIDTH).ljust(self.TREND_WIDTH), "cyan"),
                 Text(worker.exit_text()),
             )
+        if self.model.standby:
+            rows[STANDBY_KEY] = self._standby_row()
         return rows
+
+    def _standby_row(self) -> Cells:
+        standby = self.model.standby
+        warming = sum(s.state != "ready" for s in standby)
+        count = f" ×{len(standby)}" if len(standby) > 1 else ""
+        return (
+            Text(f"(standby{count})", "dim"),
+            state_text("warming" if warming else "ready"),
+            Text(str(standby[0].pid) if len(standby) == 1 else "-"),
+            Text("-"),
+            Text("-"),
+            Text(size(sum(s.rss_bytes for s in standby)), justify="right"),
+            Text(" " * self.TREND_WIDTH),
+            Text(f"{warming} still importing" if warming else "", "dim"),
+        )
 
     @property
     def selected(self) -> WorkerRow | None:

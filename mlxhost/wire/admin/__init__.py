@@ -54,6 +54,7 @@ from mlxhost.wire.admin.state import (
     Outcome,
     SessionRecord,
     SessionsRecord,
+    StandbyRecord,
     WorkerRecord,
 )
 from mlxhost.wire.launch import MemoryReading
@@ -86,6 +87,7 @@ __all__ = [
     "SessionProgressed",
     "SessionRecord",
     "SessionsRecord",
+    "StandbyRecord",
     "StreamLagged",
     "StreamReset",
     "UnknownEvent",

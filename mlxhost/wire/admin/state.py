@@ -11,7 +11,7 @@ from mlxhost.wire.admin.record import JSON, Record, field_names, optional
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import MemoryReading
 
-__all__ = ["AdmissionRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "SessionRecord", "SessionsRecord", "WorkerRecord"]
+__all__ = ["AdmissionRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "SessionRecord", "SessionsRecord", "StandbyRecord", "WorkerRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +84,15 @@ class WorkerRecord(Record):
             "last_exit": optional(ExitRecord, data["last_exit"]),
             "memory": None if memory is None else MemoryReading(**memory),
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class StandbyRecord(Record):
+    """A warm interpreter waiting to become the next worker: MLX imported, no model loaded."""
+
+    pid: int
+    state: str  # warming (still importing), ready (can be taken)
+    rss_bytes: int  # what keeping it costs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +207,7 @@ class HostState(Record):
     # Added with managed jobs; a host from before them sends neither.
     execution: ExecutionRecord = IDLE_EXECUTION
     jobs: tuple[JobRecord, ...] = ()  # the latest jobs, newest first
+    standby: tuple[StandbyRecord, ...] = ()  # added with standby workers
 
     def _encode(self) -> JSON:
         return {
@@ -209,6 +219,7 @@ class HostState(Record):
             "admission": {model: a.to_json() for model, a in self.admission.items()},
             "execution": self.execution.to_json(),
             "jobs": [j.to_json() for j in self.jobs],
+            "standby": [s.to_json() for s in self.standby],
         }
 
     @classmethod
@@ -222,4 +233,5 @@ class HostState(Record):
             "admission": {model: AdmissionRecord.from_json(a) for model, a in data["admission"].items()},
             "execution": optional(ExecutionRecord, data.get("execution")) or IDLE_EXECUTION,
             "jobs": tuple(JobRecord.from_json(j) for j in data.get("jobs", ())),
+            "standby": tuple(StandbyRecord.from_json(s) for s in data.get("standby", ())),
         }
