@@ -170,8 +170,9 @@ def start_host(
 ) -> RunningHost:
     """Run `mlxhost serve ARGS` and return it once it serves.
 
-    Adds `--admin-token=ADMIN_TOKEN` unless ARGS name a token, and `--port 0` (a free port) when
-    `tcp`. Raises RuntimeError, with the host's log, if it exits or `timeout` passes first.
+    Adds `--admin-token=ADMIN_TOKEN` unless ARGS name a token, `--port 0` (a free port) when
+    `tcp`, a temporary `--state-dir` unless ARGS name one, and `--standby-workers 0` unless ARGS
+    name a count. Raises RuntimeError, with the host's log, if it exits or `timeout` passes first.
     """
     command = [sys.executable, "-m", "mlxhost", "serve", *args]
     admin_token = _admin_token(args)
@@ -180,6 +181,11 @@ def start_host(
         command += [f"--admin-token={ADMIN_TOKEN}"]  # one argv word: a token may start with '-'
     if tcp:
         command += ["--port", "0"]
+    if not any(a.startswith("--standby-workers") for a in args):
+        # A standby spends seconds of CPU importing MLX, a cost a test host that lives for a few
+        # requests never earns back, and that the suite's other hosts pay on 2 cores. Tests of
+        # the standby (and of recovery) ask for it by name.
+        command += ["--standby-workers", "0"]
     state_dir: str | None = None
     if not any(a == "--state-dir" or a.startswith("--state-dir=") for a in args) and "MLXHOST_STATE_DIR" not in (
         env or {}

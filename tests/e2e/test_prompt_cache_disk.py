@@ -77,7 +77,9 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def host(tiny_model: Path, state_dir: Path) -> Iterator[RunningHost]:
-    with start_host("--model", str(tiny_model), "--state-dir", str(state_dir)) as running:
+    # With the standby, as served by default: the turn after a crash is the case that matters.
+    args = ("--model", str(tiny_model), "--state-dir", str(state_dir), "--standby-workers", "1")
+    with start_host(*args) as running:
         yield running
 
 

@@ -31,7 +31,7 @@ def gone(pid: int) -> bool:
 
 
 def test_a_killed_worker_is_replaced_by_the_standby(tiny_model: Path) -> None:
-    with start_host("--model", str(tiny_model), "--crash-backoff", "0") as host:
+    with start_host("--model", str(tiny_model), "--crash-backoff", "0", "--standby-workers", "1") as host:
         standby = ready_standby(host)
         assert standby["rss_bytes"] > 0
         assert "mlxhost.worker" in " ".join(psutil.Process(standby["pid"]).cmdline())
@@ -57,7 +57,7 @@ def test_a_killed_worker_is_replaced_by_the_standby(tiny_model: Path) -> None:
 
 
 def test_a_host_stopped_by_sigterm_leaves_no_standby(tiny_model: Path) -> None:
-    host = start_host("--model", str(tiny_model))
+    host = start_host("--model", str(tiny_model), "--standby-workers", "1")
     try:
         pid = ready_standby(host)["pid"]
     finally:
@@ -66,7 +66,7 @@ def test_a_host_stopped_by_sigterm_leaves_no_standby(tiny_model: Path) -> None:
 
 
 def test_a_host_killed_by_sigkill_leaves_no_standby(tiny_model: Path) -> None:
-    host = start_host("--model", str(tiny_model))
+    host = start_host("--model", str(tiny_model), "--standby-workers", "1")
     pid = ready_standby(host)["pid"]
     worker = host.worker()["pid"]
     host.stop(signal.SIGKILL)
