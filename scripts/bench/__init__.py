@@ -3,7 +3,8 @@ same max_tokens.
 
     python scripts/bench [--model DIR | --size tiny|bench] [--max-tokens N] [--repeats N]
                          [--concurrency 1,4,8,16] [--ttft-requests N] [--quick]
-                         [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N] [--jobs-only]
+                         [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N]
+                         [--jobs-only | --agent-only | --closed-loop-only | --recovery-only]
 
 Four paths are measured in one run, their repeats interleaved, the order rotating from one repeat
 to the next, so that a noisy machine slows all of them alike:
@@ -25,11 +26,22 @@ The measurements, one module each, in the order a run takes them (`bench.run`):
   cancel         a client leaving mid-stream to the worker's engine freed; target <= 1 step
   event_latency  admin events' arrival at a subscriber; target p95 <= 250 ms
   lagging        generation with an admin subscriber that never reads; target >= 0.98 x without
-  recovery       kill -9 of the worker to the next 200; target <= worker_ready_s + 1 s
+  recovery       kill -9 of the worker to the next 200; target <= the model's load time + 0.3 s
+                 (the older one, <= worker_ready_s + 1 s, beside it); alone with --recovery-only
   overload       429 latency and the admitted streams' rate with a full queue
   jobs           a fine-tune as an mlxhost job against mlx_lm.lora run directly (iterations/s;
                  target >= 0.95), and serving before and after a job (target >= 0.95); alone
                  with --jobs-only
+  closed_loop    raw BatchGenerator in this process and the isolated server over HTTP with every
+                 finished row replaced at once (rows of 400 tokens), at each concurrency, tokens
+                 only and detokenized; the client's and the servers' CPU; where raw steps go;
+                 target isolated >= 0.8 x raw all at once (tokens only); alone with
+                 --closed-loop-only
+  agent          a tool-calling conversation re-sent whole every turn: TTFT per turn on raw
+                 (cold), mlx_lm.server and mlxhost, then after a worker kill and after a host
+                 restart on the same --state-dir; hit rates, bytes on disk; target mlxhost <= 0.3
+                 x a cold prefill of the same length after the first turn; alone with
+                 --agent-only (on the bench model by default)
   hub            the event hub alone, in this process
 Targets on the table's figures (`bench.targets`): isolated >= 0.95 x raw at every concurrency;
 isolated >= 1.15 x mlx_lm.server at c8; TTFT p50 isolated <= raw + 5 ms.

@@ -1,7 +1,9 @@
 """`python scripts/bench`: parse the options, load the model in this process (the raw path),
 choose the prompt, run every measurement (`bench.run`) with the servers stopped however it ends,
-then the managed jobs on a server of their own (`bench.jobs`) and the hub alone, and report: the
-text on stdout (progress on stderr), the chart, the JSON. With --jobs-only, the jobs alone."""
+then, each on servers of its own, the managed jobs (`bench.jobs`), the closed-loop load
+(`bench.closed_loop`) and the agent scenario (`bench.agent`), and the hub alone; and report: the
+text on stdout (progress on stderr), the chart, the JSON. With --jobs-only, --agent-only,
+--closed-loop-only or --recovery-only, that part alone."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from typing import Any
 
 import anyio
 
+from bench.agent import agent_figures, measure_agent, print_agent
 from bench.cancel import cancel_summary
 from bench.chart import chart_title, write_chart
+from bench.closed_loop import closed_loop_figures, measure_closed_loop, print_closed_loop
 from bench.event_latency import event_latency_summary
 from bench.figures import json_safe, progress, ratio
 from bench.hub import HUB_EVENTS, hub_throughput
@@ -25,11 +29,12 @@ from bench.lagging import events_summary
 from bench.overload import OVERLOAD_TOKENS_FACTOR, overload_summary
 from bench.plan import Plan, parse_args
 from bench.raw import RawMLX, choose_prompt
-from bench.recovery import recovery_summary
+from bench.recovery import measure_recovery, print_recovery, recovery_summary, worker_import_s
 from bench.report import (
     jobs_document,
     json_document,
     machine_info,
+    part_document,
     print_events,
     print_header,
     print_report,
@@ -63,10 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if plan.jobs_only:
             return _jobs_only(plan, info, prompt)
+        if plan.only is not None:
+            return _part_only(plan, info, raw, prompt)
         with contextlib.ExitStack() as servers:
             measured = anyio.run(measure, plan, raw, prompt, ids, servers)
         # With every other server stopped: the jobs' host pauses its own workers, no one else's.
         jobs = anyio.run(measure_jobs, plan, prompt)
+        closed_loop = anyio.run(measure_closed_loop, plan, raw)
+        agent = anyio.run(measure_agent, plan, raw)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -80,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     isolated_c1 = summaries["isolated"].get("c1", {}).get("decode_tok_s", float("nan"))
     figures: dict[str, Any] = {
         "targets": speed_targets(summaries),
-        "recovery": recovery_summary(measured["recoveries"]),
+        "recovery": recovery_summary(measured["recoveries"], measured["in_process_load_s"]),
         "startup": {
             "raw_load_s": raw.load_s,
             "in_process_load_s": measured["in_process_load_s"],
@@ -106,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(plan, info, table_rows(summaries), measured, figures)
     print_events(figures["event_latency"], figures["events"])
     print_jobs(jobs)
+    print_closed_loop(closed_loop)
+    print_agent(agent)
 
     title = chart_title(info, plan.max_tokens, plan.repeats)
     chart = write_chart(plan.chart_path, summaries, plan.concurrency, title)
@@ -116,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if plan.json_path is not None:
         document = json_document(plan, info, summaries, measured, figures)
         document |= jobs_figures(jobs, document["targets"])
+        document |= closed_loop_figures(closed_loop) | agent_figures(agent)
+        document["targets"] |= part_targets(closed_loop, agent)
         plan.json_path.parent.mkdir(parents=True, exist_ok=True)
         plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
         progress(f"wrote {plan.json_path}")
@@ -132,6 +145,59 @@ def _jobs_only(plan: Plan, info: dict[str, Any], prompt: str) -> int:
         plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
         progress(f"wrote {plan.json_path}")
     return 0
+
+
+def _part_only(plan: Plan, info: dict[str, Any], raw: RawMLX, prompt: str) -> int:
+    """--agent-only, --closed-loop-only or --recovery-only: that part alone, and its report."""
+    figures: dict[str, Any]
+    if plan.only == "agent":
+        agent = anyio.run(measure_agent, plan, raw)
+        print_header(plan, info)
+        print_agent(agent)
+        figures = agent_figures(agent) | {"targets": part_targets(agent=agent)}
+    elif plan.only == "closed_loop":
+        closed_loop = anyio.run(measure_closed_loop, plan, raw)
+        print_header(plan, info)
+        print_closed_loop(closed_loop)
+        figures = closed_loop_figures(closed_loop) | {"targets": part_targets(closed_loop=closed_loop)}
+    else:
+        runs = anyio.run(measure_recovery, plan, prompt)
+        startup = {"raw_load_s": raw.load_s, "in_process_load_s": None, "worker_import_s": worker_import_s()}
+        recovery = recovery_summary(runs)
+        print_header(plan, info)
+        print_recovery(recovery, startup)
+        figures = {
+            "recovery_s": recovery["recovery_s"],
+            "worker_ready_s": recovery["worker_ready_s"],
+            "recovery": {**recovery, "startup": startup},
+            "targets": {
+                "recovery_slack_s": recovery["slack_s"],
+                "model_load_s": recovery["model_load_s"],
+                "recovery_ok": recovery["meets_target"],
+                "recovery_ready_slack_s": recovery["ready_slack_s"],
+                "recovery_ok_vs_worker_ready": recovery["meets_ready_target"],
+            },
+        }
+    if plan.json_path is not None:
+        document = part_document(plan, info) | figures
+        plan.json_path.parent.mkdir(parents=True, exist_ok=True)
+        plan.json_path.write_text(json.dumps(json_safe(document), indent=2) + "\n")
+        progress(f"wrote {plan.json_path}")
+    return 0
+
+
+def part_targets(
+    closed_loop: dict[str, Any] | None = None, agent: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The targets of the closed loop and the agent scenario, for the JSON's `targets`."""
+    targets: dict[str, Any] = {}
+    if closed_loop is not None:
+        targets["closed_loop_isolated_vs_raw_min"] = closed_loop["target"]
+        targets["closed_loop_ok"] = closed_loop["meets_target"]
+    if agent is not None:
+        targets["agent_ttft_vs_cold_max"] = agent["target"]
+        targets["agent_ok"] = agent["meets_target"]
+    return targets
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -1,7 +1,8 @@
 """The mlxhost hosts the bench runs, started through `mlxhost.testing.start_host` (the harness the
 tests and the soak use: it knows the host is ready from its machine-readable ready record).
 
-What the bench adds on top: the serving options every mlxhost path gets, an admin token of its
+What the bench adds on top: the serving options every mlxhost path gets, the shipped number of
+warm standby interpreters (the harness's default is none), an admin token of its
 own for each run, the worker pids and the model load time read from the host's log, the arrival
 time of each log line while a recovery is timed (`LogClock`), and a stop that leaves no worker
 behind.
@@ -10,6 +11,7 @@ behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import secrets
@@ -25,6 +27,7 @@ import psutil
 from bench.figures import progress
 from bench.plan import Plan
 from bench.settings import REPO_ROOT, SERVER_START_TIMEOUT_S
+from mlxhost.config import Settings
 from mlxhost.testing import RunningHost, start_host
 
 SPAWNED = re.compile(r"spawned pid (\d+)")  # the isolated parent's log
@@ -34,6 +37,9 @@ LOG_POLL_S = 0.001  # LogClock's resolution
 # The mlxhost servers admit at least this many sessions at once (the parent's default is 8), and
 # always at least the highest concurrency, so that no stream of a cN run is queued.
 MIN_MAX_ACTIVE = 16
+# The harness starts its hosts with no warm standby interpreter (a test host never earns its import
+# back); the bench measures the host as shipped, so it asks for the default count by name.
+STANDBY_WORKERS = next(f.default for f in dataclasses.fields(Settings) if f.name == "standby_workers")
 
 
 def new_admin_token() -> str:
@@ -156,6 +162,8 @@ def start(name: str, model_path: Path, max_batch: int, options: Sequence[str] = 
     """`python -m mlxhost serve` with `options` on a free port, ready; serving this checkout's code,
     installed or not."""
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    if not any(option.startswith("--standby-workers") for option in options):
+        options = [*options, f"--standby-workers={STANDBY_WORKERS}"]
     # Every option as one `--opt=value` word: a value can never be read as an option.
     running = start_host(
         *options, f"--model={model_path}", "--host=127.0.0.1", f"--max-batch={max_batch}",

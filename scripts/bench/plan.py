@@ -1,5 +1,9 @@
 """The command line: what one run of the bench measures (`Plan`), from the options and their
-defaults. Building the demo model, when no --model is given, happens here too (it is cached)."""
+defaults. Building the demo model, when no --model is given, happens here too (it is cached).
+
+A run measures everything, or with one of the --*-only options one part alone (`Plan.only`): the
+managed jobs, the agent scenario (on the bench model unless --size or --model says otherwise), the
+closed-loop load, or recovery."""
 
 from __future__ import annotations
 
@@ -15,6 +19,10 @@ from mlxhost import demo
 DEFAULT_CONCURRENCY = [1, 4, 8, 16]
 DEFAULT_MAX_TOKENS = {"tiny": 256, "bench": 64}
 QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
+DEFAULT_SIZE = "tiny"
+AGENT_SIZE = "bench"  # the agent scenario's default model: prefill costs what it costs on a real one
+# The parts a run can measure alone: --jobs-only, --agent-only, --closed-loop-only, --recovery-only.
+ONLY = ("jobs", "agent", "closed_loop", "recovery")
 # TTFT: single-stream requests after the throughput runs, the paths taking turns (bench.ttft).
 TTFT_REQUESTS = {"full": 20, "quick": 10}
 # mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
@@ -35,7 +43,11 @@ class Plan:
     ttft_requests: int
     mlx_lm_server_backlog: int
     quick: bool = False
-    jobs_only: bool = False  # only the managed jobs' measurements (`bench.jobs`)
+    only: str | None = None  # one of ONLY: that part alone
+
+    @property
+    def jobs_only(self) -> bool:
+        return self.only == "jobs"
 
     @property
     def max_batch(self) -> int:
@@ -63,8 +75,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--size",
         choices=sorted(DEFAULT_MAX_TOKENS),
-        default="tiny",
-        help="demo model to build in the cache when --model is not given (default: tiny)",
+        help=f"demo model to build in the cache when --model is not given (default: {DEFAULT_SIZE}; "
+        f"{AGENT_SIZE} with --agent-only)",
     )
     parser.add_argument(
         "--max-tokens",
@@ -97,12 +109,43 @@ def parser() -> argparse.ArgumentParser:
         f"(socketserver's 5, which drops connections past it) (default: {MLX_LM_SERVER_BACKLOG}, "
         "mlxhost's)",
     )
-    parser.add_argument("--quick", action="store_true", help="one repeat, fewer tokens")
     parser.add_argument(
-        "--jobs-only",
+        "--quick",
         action="store_true",
+        help="one repeat, fewer tokens; a shorter agent scenario (an 800-token system prompt, 6 turns)",
+    )
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
+        "--jobs-only",
+        action="store_const",
+        const="jobs",
+        dest="only",
         help="measure only the managed jobs: a fine-tune through mlxhost against mlx_lm.lora, and "
         "serving before and after a job (bench.jobs)",
+    )
+    only.add_argument(
+        "--agent-only",
+        action="store_const",
+        const="agent",
+        dest="only",
+        help="measure only the agent scenario: TTFT per turn of a tool-calling conversation on raw "
+        "mlx-lm, mlx_lm.server and mlxhost, with a worker kill and a host restart (bench.agent)",
+    )
+    only.add_argument(
+        "--closed-loop-only",
+        action="store_const",
+        const="closed_loop",
+        dest="only",
+        help="measure only the closed-loop load: raw BatchGenerator and the isolated server with "
+        "every finished row replaced at once (bench.closed_loop)",
+    )
+    only.add_argument(
+        "--recovery-only",
+        action="store_const",
+        const="recovery",
+        dest="only",
+        help="measure only recovery: kill -9 of the isolated server's worker to the next 200 "
+        "(bench.recovery)",
     )
     parser.add_argument("--json", type=Path, help="also write every figure and ratio to this file")
     parser.add_argument(
@@ -117,8 +160,9 @@ def parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None) -> Plan:
     options = parser()
     args = options.parse_args(argv)
+    size = args.size or (AGENT_SIZE if args.only == "agent" else DEFAULT_SIZE)
     defaults = QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS
-    max_tokens = args.max_tokens if args.max_tokens is not None else defaults[args.size]
+    max_tokens = args.max_tokens if args.max_tokens is not None else defaults[size]
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     if max_tokens < 2:
         options.error("--max-tokens must be at least 2 (a decode rate needs two tokens)")
@@ -142,9 +186,9 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
             options.error(f"--model: {args.model} is not a directory")
         model_path, size = args.model.resolve(), "custom"
     else:
-        progress(f"building the {args.size} demo model (once; it is cached)")
-        model_path, size = demo.cached_model(f"bench-{args.size}", args.size), args.size
+        progress(f"building the {size} demo model (once; it is cached)")
+        model_path = demo.cached_model(f"bench-{size}", size)
     return Plan(
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
-        ttft_requests, args.mlx_lm_server_backlog, args.quick, args.jobs_only,
+        ttft_requests, args.mlx_lm_server_backlog, args.quick, args.only,
     )  # fmt: skip

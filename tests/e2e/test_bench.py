@@ -48,9 +48,38 @@ def test_the_benchmark_runs_and_writes_its_ratios(tmp_path: Path) -> None:
     assert finetune["same_tokens_per_report"]
     assert data["jobs"]["serving"]["before_tok_s"] > 0 and data["jobs"]["serving"]["after_tok_s"] > 0
     assert data["targets"]["finetune_vs_direct_min"] == 0.95
+    # Recovery against the model's load time (the respawned worker's own), the older target beside it.
+    assert data["recovery"]["model_load_s"] > 0 and data["targets"]["recovery_slack_s"] == 0.3
+    assert data["targets"]["recovery_ok_vs_worker_ready"] in (True, False)
+    # The closed loop: raw BatchGenerator and the isolated server with every finished row replaced
+    # at once, at each concurrency of the run; where the raw steps went; the client's CPU.
+    closed = data["closed_loop"]["by_concurrency"]
+    assert set(closed) == {"c1", "c4"}
+    for level in closed.values():
+        kinds = ("all_at_once", "raw_tokens", "raw_staggered", "raw_text", "isolated")
+        assert all(level["tok_s"][kind] > 0 for kind in kinds)
+        assert level["isolated_vs_raw_all_at_once_tokens_only"] > 0
+        assert level["cores"]["isolated"]["client"] >= 0 and level["cores"]["isolated"]["worker"] > 0
+        assert level["steps"]["raw_tokens"]["steps"] > 0
+    assert data["closed_loop_isolated_vs_raw_tokens_only"]["c4"] > 0
+    assert data["targets"]["closed_loop_isolated_vs_raw_min"] == 0.8
+    # The agent scenario (--quick: 4 turns, one after a worker kill, one after a host restart).
+    agent = data["agent"]
+    events = [turn["event"] for turn in agent["turns"]]
+    assert events == ["first", "warm", "warm", "warm", "after_kill", "after_restart"]
+    for turn in agent["turns"]:
+        assert all(turn["ttft_ms"][path] > 0 for path in ("raw", "mlx_lm_server", "mlxhost"))
+        assert turn["prompt_tokens"]["mlxhost"] > 0
+    # Each turn re-sends the whole conversation: the prompt only grows.
+    lengths = [turn["prompt_tokens"]["mlxhost"] for turn in agent["turns"]]
+    assert lengths == sorted(lengths) and len(set(lengths)) == len(lengths)
+    assert agent["turns"][1]["hit_rate"]["mlxhost"] > 0  # the previous turn's prefix, from memory
+    assert data["agent_disk_bytes"] >= 0 and "after_restart" in data["agent_ttft_vs_cold"]
+    assert data["targets"]["agent_ttft_vs_cold_max"] == 0.3
     assert "targets:" in run.stdout
     assert "managed jobs" in run.stdout
     assert "constrained decoding" in run.stdout
+    assert "closed loop" in run.stdout and "agent scenario" in run.stdout
 
 
 def test_the_bench_passes_its_admin_token_as_one_word_that_is_never_an_option(
