@@ -123,6 +123,11 @@ def store_folder(state_dir: Path, model_path: Path, fingerprint: str) -> Path:
     return state_dir / PROMPT_CACHE_DIR / f"{model_path.name}-{fingerprint[:16]}"
 
 
+def _entry_name(namespace: str, tokens: Sequence[int]) -> str:
+    """The file of the entry for `tokens` under the namespace digest `namespace`."""
+    return f"{namespace}-{hashlib.sha256(json.dumps(list(tokens)).encode()).hexdigest()[:32]}{_SUFFIX}"
+
+
 def namespace_digest(namespace: Namespace) -> str:
     # Files and their metadata can be read by whoever reads the state directory: they carry
     # this digest, never a caller's scope or salt.
@@ -217,10 +222,18 @@ class PromptStore:
             with self._lock:
                 self._dropped += 1
             return
+        digest = namespace_digest(namespace)
+        with self._lock:
+            # Already on disk (a repeated prompt with a greedy reply ends in the same tokens): no
+            # copy in this thread and no write in the other, only its place in the LRU order.
+            known = self._entries.get(_entry_name(digest, tokens))
+            if known is not None:
+                self._entries.move_to_end(known.name)
+                return
         # Evaluated here, in the thread whose stream built it: the writer could not.
         mx.eval(_arrays(cache))
         try:
-            self._writes_queue.put_nowait((tuple(tokens), cache, namespace_digest(namespace)))
+            self._writes_queue.put_nowait((tuple(tokens), cache, digest))
         except queue.Full:
             with self._lock:
                 self._dropped += 1
@@ -283,7 +296,7 @@ class PromptStore:
 
     def write(self, tokens: tuple[int, ...], cache: list[Any], namespace: str) -> Entry:
         """Write one cache (evaluated arrays only), then keep the folder under its bound."""
-        name = f"{namespace}-{hashlib.sha256(json.dumps(list(tokens)).encode()).hexdigest()[:32]}{_SUFFIX}"
+        name = _entry_name(namespace, tokens)
         trimmable = can_trim_prompt_cache(cache)
         metadata = {
             "mlxhost": str(FORMAT),

@@ -13,6 +13,7 @@ import mlx_lm
 import pytest
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from mlxhost.testing import wait_until
 from mlxhost.worker.prompt_store import (
     PromptStore,
     Signature,
@@ -139,3 +140,16 @@ def test_bad_files_are_ignored_and_removed(model: Any, open_store: Any) -> None:
     entry, _ = again.find(TOKENS, ("", ""))
     assert entry is not None and again.read(entry) is None
     assert again.statistics().entries == 0 and files(again) == []
+
+
+def test_a_cache_already_on_disk_is_not_written_again(model: Any, open_store: Any) -> None:
+    # A repeated prompt with a greedy reply ends in the same tokens: one file, one write.
+    store = open_store()
+    wait_until(lambda: store.ready)
+    store.spill(TOKENS, kv(model, TOKENS), ("", ""))
+    wait_until(lambda: store.statistics().writes == 1)
+    store.spill(TOKENS, kv(model, TOKENS), ("", ""))
+    store.spill([*TOKENS, 3], kv(model, [*TOKENS, 3]), ("", ""))  # a different one still is
+    wait_until(lambda: store.statistics().writes == 2)
+    store.close()
+    assert store.statistics().writes == 2 and len(files(store)) == 1  # the longer one covers the first
