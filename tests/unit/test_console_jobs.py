@@ -36,6 +36,7 @@ def job_data(job_id: str, kind: str, model: str, state: str, ago: float, **field
 JOBS_STATE_JSON: dict[str, Any] = {
     **STATE_JSON,
     "execution": {"shared": 1, "exclusive": None, "waiting": [RUNNING], "paused": []},
+    "standby": [],
     "jobs": [
         job_data(QUEUED, "quantize", "llama-3b", "queued", 20, options={"bits": 4, "group_size": 64}),
         job_data(
