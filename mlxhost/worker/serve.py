@@ -28,7 +28,12 @@ logger = logging.getLogger("mlxhost")
 Background = Callable[[Engine], Coroutine[Any, Any, None]]
 
 
-PUBLISH_INTERVAL_MAX = 0.005  # seconds: a reader never waits for text longer than this
+# Seconds: a reader never waits for text longer than this. Readers send a frame only every
+# stream_interval, so text handed over more often than every half of it only wakes the event loop,
+# whose Python then takes the GIL and the core the generation thread needs: measured at 8 streams
+# on the tiny model, 25 ms instead of 5 cut the worker's CPU per token by 11% and the parent's by
+# 20%, for 1.16-1.2x the tokens/s. First tokens and endings are never held back.
+PUBLISH_INTERVAL_MAX = 0.025
 
 
 async def serve_model(
@@ -50,7 +55,7 @@ async def serve_model(
         prompt_cache_bytes=settings.prompt_cache_mb << 20,
         prompt_cache_disk_bytes=settings.prompt_cache_disk_mb << 20,
         state_dir=state_dir(settings),
-        publish_interval=min(settings.stream_interval / 4, PUBLISH_INTERVAL_MAX),
+        publish_interval=min(settings.stream_interval / 2, PUBLISH_INTERVAL_MAX),
         adapter_path=adapter_path,
     )
     async with Engine.open(model_path, options) as engine:
