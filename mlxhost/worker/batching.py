@@ -43,6 +43,8 @@ __all__ = ["Batching", "Counters", "EngineFailed", "Outputs"]
 
 logger = logging.getLogger("mlxhost.engine")
 
+WRITES_BEFORE_PAUSE = 5.0  # seconds a pause waits for the prompt cache's disk writes, at most
+
 Outputs = list[tuple[GenerationSession, Delta]]
 
 
@@ -160,6 +162,10 @@ class Batching:
         if self.paused and number != self._quiet_number:
             # Nothing runs, so nothing holds the buffers MLX keeps for reuse: they go back to
             # the system for the job. The prompt cache is kept; the job does not need its bytes.
+            # Writes to its disk tier finish first: a write ending later would hand its buffers
+            # back to MLX's cache after the clear.
+            if self._prompt_cache.disk is not None:
+                self._prompt_cache.disk.wait_written(WRITES_BEFORE_PAUSE)
             mx.clear_cache()
             self._quiet_number = number
             self.on_quiet(number)

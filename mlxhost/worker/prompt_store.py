@@ -448,10 +448,23 @@ class PromptStore:
                 logger.warning("prompt cache: could not write an entry: %s: %s", type(exc).__name__, exc)
                 with self._lock:
                     self._dropped += 1
+            # Its arrays go back to MLX before the write counts as done (see `wait_written`).
+            del item, tokens, cache
+            self._writes_queue.task_done()
 
     def _drain_writes(self) -> None:
         while self._writes_queue.get() is not None:
-            pass
+            self._writes_queue.task_done()
+
+    def wait_written(self, timeout: float) -> bool:
+        """Until every queued write is done and its arrays released, or `timeout` seconds pass.
+
+        The generation thread waits here only when nothing runs (a pause for a managed job), so
+        that MLX's cache, freed next, is not refilled by a write finishing just after.
+        """
+        writes = self._writes_queue
+        with writes.all_tasks_done:
+            return writes.all_tasks_done.wait_for(lambda: not writes.unfinished_tasks, timeout)
 
     def _load_loop(self) -> None:
         while (item := self._loads_queue.get()) is not None:

@@ -50,7 +50,8 @@ from bench.runs import BatchRun
 from bench.settings import PREFILL_BATCH, REQUEST_TIMEOUT_S
 from bench.streams import HTTPBench, gather
 
-CLOSED_LOOP_TOKENS = 400  # each row's max_tokens, as in the issue's profile
+# Each row's max_tokens is plan.closed_loop_tokens: CLOSED_LOOP_TOKENS (bench.plan, 400, as in the
+# issue's profile), or --max-tokens when given.
 WINDOW_S = {False: 6.0, True: 2.0}  # by --quick: how long finished rows are replaced
 WARM_TOKENS = 16  # each warm-up row's max_tokens
 ISOLATED_VS_RAW_MIN = 0.8  # isolated closed loop / raw all at once, tokens only
@@ -249,8 +250,8 @@ async def measure_closed_loop(plan: Plan, raw: RawMLX) -> dict[str, Any]:
     """Every kind of run at every concurrency, --repeats times, on an isolated server of its own
     (stopped when this ends); the summary. Raw runs happen in this thread, which made `raw`."""
     window_s = WINDOW_S[plan.quick]
-    progress(f"closed loop: choosing a prompt whose greedy reply runs to {CLOSED_LOOP_TOKENS} tokens")
-    text, ids, probe = choose_prompt(raw, CLOSED_LOOP_TOKENS)
+    progress(f"closed loop: choosing a prompt whose greedy reply runs to {plan.closed_loop_tokens} tokens")
+    text, ids, probe = choose_prompt(raw, plan.closed_loop_tokens)
     top = max(plan.concurrency)
     progress("closed loop: starting an isolated server of its own")
     options = hosts.server_options("isolated", plan)
@@ -261,7 +262,7 @@ async def measure_closed_loop(plan: Plan, raw: RawMLX) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
     with hosts.running(host):
         async with httpx.AsyncClient(base_url=host.url, timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
-            http = HTTPBench(client, text, CLOSED_LOOP_TOKENS)
+            http = HTTPBench(client, text, plan.closed_loop_tokens)
             pids = {"parent": host.pid, "worker": int((await isolated_worker(client))["pid"])}
             for repeat in range(plan.repeats):
                 for concurrency in plan.concurrency:
@@ -290,11 +291,11 @@ async def _run(
     plan: Plan,
 ) -> LoopRun:
     if kind == "isolated":
-        return await http_closed_loop(http, pids, concurrency, CLOSED_LOOP_TOKENS, window_s)
+        return await http_closed_loop(http, pids, concurrency, plan.closed_loop_tokens, window_s)
     if kind == "all_at_once":
-        return raw_all_at_once(raw, ids, concurrency, CLOSED_LOOP_TOKENS, plan.max_batch)
+        return raw_all_at_once(raw, ids, concurrency, plan.closed_loop_tokens, plan.max_batch)
     loop = functools.partial(
-        raw_closed_loop, raw, ids, concurrency, CLOSED_LOOP_TOKENS, window_s, plan.max_batch
+        raw_closed_loop, raw, ids, concurrency, plan.closed_loop_tokens, window_s, plan.max_batch
     )
     return loop(detokenize=kind == "raw_text", staggered=kind == "raw_staggered")
 
@@ -339,7 +340,7 @@ def closed_loop_summary(
     verdicts = [level["meets_target"] for level in levels.values()]
     return {
         "settings": {
-            "max_tokens": CLOSED_LOOP_TOKENS,
+            "max_tokens": plan.closed_loop_tokens,
             "window_s": window_s,
             "concurrency": plan.concurrency,
             "repeats": plan.repeats,

@@ -29,6 +29,7 @@ TTFT_REQUESTS = {"full": 20, "quick": 10}
 # it, and the extra ones wait for the kernel's SYN retransmit (1 s), or are reset. It is given
 # mlxhost's backlog (hypercorn's default, 100) unless --mlx-lm-server-backlog says otherwise.
 MLX_LM_SERVER_BACKLOG = 100
+CLOSED_LOOP_TOKENS = 400  # each closed-loop row's max_tokens, as in issue 14's profile
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Plan:
     mlx_lm_server_backlog: int
     quick: bool = False
     only: str | None = None  # one of ONLY: that part alone
+    # Each closed-loop row's max_tokens: the issue's profile (400), or --max-tokens when given.
+    closed_loop_tokens: int = CLOSED_LOOP_TOKENS
 
     @property
     def jobs_only(self) -> bool:
@@ -191,4 +194,5 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
     return Plan(
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
         ttft_requests, args.mlx_lm_server_backlog, args.quick, args.only,
+        CLOSED_LOOP_TOKENS if args.max_tokens is None else max_tokens,
     )  # fmt: skip
