@@ -123,7 +123,7 @@ class AdminClient:
         # must not carry the admin token (or the host's state) to it, nor fail to reach us.
         trust_env = not _is_local(target)
         if target.unix:
-            transport = httpx.AsyncHTTPTransport(uds=target.unix)
+            transport = httpx.AsyncHTTPTransport(uds=target.unix, verify=False)  # no TLS here: no CA bundle to load
             self._http = httpx.AsyncClient(
                 base_url="http://mlxhost", transport=transport, headers=headers, timeout=timeout,
                 trust_env=False,
