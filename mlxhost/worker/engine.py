@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
 import time
@@ -165,7 +166,9 @@ class Engine:
         self.grammars = Grammars(loaded, self._batching.vocab_size)
         self.max_token_chars = tokenizer.max_token_chars
         self.context_length = context_length(model)
+        tokenizer.warm()
         self.load_seconds = time.perf_counter() - began
+        gc.freeze()  # the model's and tokenizer's objects, as the worker's imports (see its preload)
         generator = BatchGenerator(
             model,
             stop_tokens=[[t] for t in tokenizer.decoder.eos_token_ids],

@@ -67,6 +67,12 @@ class Tokenizer:
         # which loads the model: anyio binds the limiter to the event loop at its first use.
         self._limiter = anyio.CapacityLimiter(1)
 
+    def warm(self) -> None:
+        """Compile the chat template now, while the model loads: the first request (the one that
+        waited through a crash, say) would otherwise pay for it, 20-30 ms of a small template."""
+        with contextlib.suppress(Exception), self.lock:  # a template that wants more than this
+            self._encoder.apply_chat_template([{"role": "user", "content": "."}], add_generation_prompt=True)
+
     async def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         def encode() -> list[int]:
             with self.lock:
