@@ -34,7 +34,7 @@ import mlx.core as mx
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.worker.generation import GenerationSession
 from mlxhost.worker.prompt_cache import PromptCache
-from mlxhost.worker.prompt_store import LOAD_MARGIN, Entry
+from mlxhost.worker.prompt_store import Entry, worth_loading
 from mlxhost.worker.sampling import SamplerCache, processors_for
 from mlxhost.worker.textstream import TextStream
 from mlxhost.worker.tokenizer import Tokenizer
@@ -228,7 +228,7 @@ class Batching:
         request = session.request
         entry, covered = disk.find(request.prompt, request.cache_namespace)
         in_memory = self._prompt_cache.usable(request.prompt, request.cache_namespace)
-        if entry is None or covered < in_memory + LOAD_MARGIN:
+        if entry is None or not worth_loading(covered, in_memory):
             return False
 
         def done(cache: list[Any] | None) -> None:  # in the loader thread

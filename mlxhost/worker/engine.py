@@ -36,7 +36,14 @@ from mlxhost.worker.batching import Batching, EngineFailed, Outputs
 from mlxhost.worker.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.grammar import Grammars
 from mlxhost.worker.prompt_cache import PromptCache, PromptCacheStatistics
-from mlxhost.worker.prompt_store import PromptStore, cache_signature, model_fingerprint, store_folder
+from mlxhost.worker.prompt_store import (
+    PromptStore,
+    cache_signature,
+    keep_signature,
+    kept_signature,
+    model_fingerprint,
+    store_folder,
+)
 from mlxhost.worker.tokenizer import Tokenizer, context_length
 
 __all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "EngineStopped"]
@@ -193,13 +200,18 @@ class Engine:
             return None
         if not self.model_path.is_dir():
             return None
-        model(mx.array([[0]]), cache=probe)  # type: ignore[operator]
-        mx.eval([layer.state for layer in probe])
         adapter = Path(options.adapter_path) if options.adapter_path else None
         try:
             fingerprint = model_fingerprint(self.model_path, adapter)
             folder = store_folder(options.state_dir, self.model_path, fingerprint)
-            store = PromptStore(folder, options.prompt_cache_disk_bytes, cache_signature(probe))
+            folder.mkdir(parents=True, exist_ok=True)
+            signature = kept_signature(folder)
+            if signature is None:
+                model(mx.array([[0]]), cache=probe)  # type: ignore[operator]
+                mx.eval([layer.state for layer in probe])
+                signature = cache_signature(probe)
+                keep_signature(folder, signature)
+            store = PromptStore(folder, options.prompt_cache_disk_bytes, signature)
         except OSError as exc:
             logger.warning("prompt cache: no disk tier: %s", exc)
             return None

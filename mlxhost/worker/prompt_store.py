@@ -41,28 +41,35 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import mlx_lm
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import PromptTrie, can_trim_prompt_cache, load_prompt_cache, save_prompt_cache
 
 __all__ = [
-    "LOAD_MARGIN",
     "Entry",
     "PromptStore",
     "Signature",
     "StoreBusy",
     "StoreStatistics",
     "cache_signature",
+    "keep_signature",
+    "kept_signature",
     "model_fingerprint",
     "namespace_digest",
     "store_folder",
+    "worth_loading",
 ]
 
 logger = logging.getLogger("mlxhost.engine")
 
 FORMAT = 1  # of our files and of the fingerprint: bump it and older folders are never matched
-LOAD_MARGIN = 16  # prompt tokens the disk must offer beyond the memory tier to be worth a load
+# A load must save at least this many prompt tokens, and this share of what it reads (see
+# `worth_loading`).
+LOAD_MIN_TOKENS = 2
+LOAD_MIN_SHARE = 4
 WRITE_QUEUE = 8  # caches waiting for the writer
 LOCK_FILE = ".lock"
+SIGNATURE_FILE = ".signature.json"
 LOCK_RETRY = 0.5  # seconds between tries for a folder another worker holds...
 LOCK_PATIENCE = 60.0  # ...for this long: a worker being replaced lets go as it exits
 _SUFFIX = ".safetensors"
@@ -148,6 +155,55 @@ def cache_signature(cache: Sequence[Any]) -> Signature:
         fixed = (getattr(layer, "max_size", None), getattr(layer, "keep", None))
         layers.append((name, tuple(arrays), fixed))
     return tuple(layers)
+
+
+def worth_loading(covered: int, in_memory: int) -> bool:
+    """Whether to load an entry that starts a prompt `covered` tokens in, where memory has `in_memory`.
+
+    Reading a cache costs its bytes, in proportion to all it covers; it saves the prefill of what
+    memory lacks. Reading runs at disk speed, a prefill at the model's, many times slower per
+    token (a 16-token prefill of the 32M-parameter bench model took 0.5 s on a CPU; its file
+    read in milliseconds), so any real saving is worth it, except a few tokens on top of a long
+    prefix that memory already has.
+    """
+    saved = covered - in_memory
+    return saved >= LOAD_MIN_TOKENS and saved * LOAD_MIN_SHARE >= covered
+
+
+def kept_signature(folder: Path) -> Signature | None:
+    """The signature a worker kept in `folder`, if these versions of MLX and mlx-lm computed it.
+
+    Computing it takes a forward pass at every start, and a respawned worker's first request
+    waits for it: tens of milliseconds on a small model, more on a large one. The folder is
+    already this model's (its name is the model's fingerprint), and the layer classes and dtypes
+    can change only with the libraries.
+    """
+    try:
+        kept = json.loads((folder / SIGNATURE_FILE).read_text())
+        if kept["versions"] != _versions():
+            return None
+        return _tuples(kept["signature"])  # type: ignore[no-any-return]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep_signature(folder: Path, signature: Signature) -> None:
+    """Keep `signature` for the next worker of `folder` (see `kept_signature`); best effort."""
+    path = folder / SIGNATURE_FILE
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):
+        temporary.write_text(json.dumps({"versions": _versions(), "signature": signature}))
+        os.replace(temporary, path)
+    with contextlib.suppress(OSError):
+        temporary.unlink(missing_ok=True)
+
+
+def _versions() -> list[str]:
+    return [str(mx.__version__), str(mlx_lm.__version__)]  # type: ignore[attr-defined]
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 class PromptStore:

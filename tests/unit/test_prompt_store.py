@@ -18,9 +18,12 @@ from mlxhost.worker.prompt_store import (
     PromptStore,
     Signature,
     cache_signature,
+    keep_signature,
+    kept_signature,
     model_fingerprint,
     namespace_digest,
     store_folder,
+    worth_loading,
 )
 
 TOKENS = list(range(5, 45))
@@ -153,3 +156,23 @@ def test_a_cache_already_on_disk_is_not_written_again(model: Any, open_store: An
     wait_until(lambda: store.statistics().writes == 2)
     store.close()
     assert store.statistics().writes == 2 and len(files(store)) == 1  # the longer one covers the first
+
+
+def test_the_signature_is_kept_for_the_next_worker_and_only_for_these_versions(
+    signature: Signature, tmp_path: Path
+) -> None:
+    assert kept_signature(tmp_path) is None  # none kept: the worker computes it
+    keep_signature(tmp_path, signature)
+    assert kept_signature(tmp_path) == signature
+    kept = tmp_path / ".signature.json"
+    kept.write_text(kept.read_text().replace(mx.__version__, "0.0.1"))
+    assert kept_signature(tmp_path) is None  # another MLX may lay caches out otherwise
+    kept.write_text("{not json")
+    assert kept_signature(tmp_path) is None
+
+
+def test_a_load_must_save_real_prefill() -> None:
+    assert worth_loading(20, 0)  # a short prompt after a restart: all of it
+    assert worth_loading(2000, 1000)
+    assert not worth_loading(1, 0)  # the last prompt token is computed anyway
+    assert not worth_loading(1004, 1000)  # four tokens on top of what memory has: not worth the read
