@@ -110,12 +110,18 @@ class Supervisor:
         self._closed = anyio.Event()
         self._budget = RestartBudget.from_settings(settings)
         self._back_at = 0.0
+        self._backoff_until = 0.0  # a respawn held back by the crash-loop backoff waits until then
         self._gave_up = GiveUp("its worker keeps exiting", "restart_limit_reached")
 
     # -- for the pool and the proxy ------------------------------------------------------
 
     async def wait_ready(self) -> None:
-        """Return once ready; wait through a first start; refuse if restarting, exhausted or stopping.
+        """Return once ready; wait through a start or a respawn; refuse while the crash-loop backoff
+        holds a respawn back, and if exhausted or stopping.
+
+        A respawn takes about a model load (a warm standby takes over): a request waits for it
+        rather than sending its client into a retry loop. A backoff lasts seconds, and it means
+        the worker keeps dying: that is refused at once, with when to come back.
 
         Once it has seen the worker ready it returns without a checkpoint, so the caller can take
         its `lease` before anything else runs.
@@ -127,7 +133,7 @@ class Supervisor:
                 )
             if self.state is WorkerState.READY:
                 return
-            if self.state is WorkerState.RESTARTING:
+            if self.state is WorkerState.RESTARTING and time.monotonic() < self._backoff_until:
                 # When it should be back: what is left of the backoff, plus its last load time.
                 eta = max(1.0, math.ceil(self._back_at - time.monotonic()))
                 raise WorkerUnavailable(
@@ -330,6 +336,7 @@ class Supervisor:
                     f", waiting {delay:g}s: it keeps exiting early" if delay else "", exit.describe(),
                 )
                 self._back_at = time.monotonic() + delay + (self.ready_seconds or 1.0)
+                self._backoff_until = time.monotonic() + delay
                 self._set_state(WorkerState.RESTARTING)
                 self.events.publish(
                     WorkerRestarting(
@@ -341,6 +348,7 @@ class Supervisor:
                 )
                 with anyio.move_on_after(delay):
                     await self._terminate.wait()  # a stop during the wait ends it
+                self._backoff_until = 0.0
         finally:
             self._set_state(WorkerState.CLOSED)
             self._closed.set()

@@ -143,6 +143,20 @@ def test_restarting_answers_503_with_retry_after(tiny_model: Path) -> None:
         server.stop()
 
 
+def test_a_request_sent_while_the_worker_respawns_waits_for_it(tiny_model: Path) -> None:
+    # No standby: the respawn imports MLX afresh, seconds in which the worker is "restarting".
+    with start_host("--model", str(tiny_model), "--crash-backoff", "0", "--early-exit", "0") as server:
+        killed = server.worker()["pid"]
+        os.kill(killed, signal.SIGKILL)
+        wait_until(lambda: server.worker()["state"] == "restarting")
+        with server.http(timeout=120) as http:
+            response = http.post("/v1/chat/completions", json=SHORT_CHAT)
+        assert response.status_code == 200, response.text  # no 503 to retry: it waited
+        assert response.json()["usage"]["completion_tokens"] > 0
+        worker = server.worker()
+        assert worker["pid"] != killed and worker["state"] == "ready" and worker["restarts"] == 1
+
+
 def test_a_worker_that_exits_during_load_is_reported(tiny_model: Path) -> None:
     server = start_host(
         "--model", str(tiny_model),
