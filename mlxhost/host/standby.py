@@ -5,7 +5,7 @@ the model's load after that is often a fraction of it. So the host keeps `standb
 processes spawned ahead, each stopped where it reads its launch record, having said
 `MLXHOST-STANDBY` (`mlxhost.wire.launch`). A `WorkerProcess` takes one instead of spawning (a
 crashed worker's successor, an on-demand model's cold start) and writes it the record; a
-replacement is spawned at once, in the background. A standby holds no model, only the imported
+replacement is spawned in the background, a moment after the taken one serves. A standby holds no model, only the imported
 libraries: its resident memory is the price, and /health, /admin/state, metrics and the console
 show it.
 
@@ -48,6 +48,9 @@ LineSink = Callable[[str], None]
 CLOSE_GRACE = 2.0  # seconds a standby gets to exit at the end of its stdin before it is killed
 BACKOFF_FIRST = 1.0  # seconds before replacing a standby that died unused; doubled while they keep dying
 BACKOFF_MAX = 60.0
+# Once a taken standby serves, its replacement waits this long: an import takes a core for
+# seconds, and the requests that waited through the restart (and their prefills) come first.
+REFILL_AFTER = 2.0
 STDERR_KEPT = 5
 
 
@@ -195,6 +198,7 @@ class StandbyPool:
                     # Its replacement's imports would compete with the model's load for the CPU.
                     with anyio.move_on_after(self.settings.load_timeout):
                         await standby.serving.wait()
+                    await anyio.sleep(REFILL_AFTER)
                     continue
             failures += 1
             delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1))
