@@ -2,7 +2,7 @@
 same max_tokens.
 
     python scripts/bench [--model DIR | --size tiny|bench] [--max-tokens N] [--repeats N]
-                         [--concurrency 1,4,8,16] [--ttft-requests N] [--quick]
+                         [--concurrency 1,4,8,16] [--ttft-requests N] [--quick | --smoke]
                          [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N]
                          [--jobs-only | --agent-only | --closed-loop-only | --recovery-only]
 

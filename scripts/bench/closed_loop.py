@@ -53,6 +53,7 @@ from bench.streams import HTTPBench, gather
 # Each row's max_tokens is plan.closed_loop_tokens: CLOSED_LOOP_TOKENS (bench.plan, 400, as in the
 # issue's profile), or --max-tokens when given.
 WINDOW_S = {False: 6.0, True: 2.0}  # by --quick: how long finished rows are replaced
+SMOKE_WINDOW_S = 0.5
 WARM_TOKENS = 16  # each warm-up row's max_tokens
 ISOLATED_VS_RAW_MIN = 0.8  # isolated closed loop / raw all at once, tokens only
 KINDS = ("all_at_once", "raw_tokens", "raw_staggered", "raw_text", "isolated")
@@ -249,7 +250,7 @@ def describe_run(run: LoopRun) -> str:
 async def measure_closed_loop(plan: Plan, raw: RawMLX) -> dict[str, Any]:
     """Every kind of run at every concurrency, --repeats times, on an isolated server of its own
     (stopped when this ends); the summary. Raw runs happen in this thread, which made `raw`."""
-    window_s = WINDOW_S[plan.quick]
+    window_s = SMOKE_WINDOW_S if plan.smoke else WINDOW_S[plan.quick]
     progress(f"closed loop: choosing a prompt whose greedy reply runs to {plan.closed_loop_tokens} tokens")
     text, ids, probe = choose_prompt(raw, plan.closed_loop_tokens)
     top = max(plan.concurrency)

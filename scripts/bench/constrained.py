@@ -159,7 +159,7 @@ async def measure_constrained(
     result = Constrained(vocab_size=vocab_size(raw))
     # A bench of its own, so that the constrained requests count in none of the path's figures.
     http = HTTPBench(client, prompt, plan.max_tokens)
-    max_tokens, rounds = plan.max_tokens, max(plan.repeats, CONSTRAINED_MIN_ROUNDS)
+    max_tokens, rounds = plan.max_tokens, plan.rounds(CONSTRAINED_MIN_ROUNDS)
     try:
         pids = {"parent": parent_pid, "worker": int((await isolated_worker(client))["pid"])}
         await check_constrained(client, prompt, min(max_tokens, CHECK_MAX_TOKENS))
@@ -175,7 +175,7 @@ async def measure_constrained(
         result.error = f"{type(exc).__name__}: {exc}"
         progress(f"warning: constrained decoding not measured: {result.error}")
 
-    compile_rounds = max(plan.repeats, COMPILE_MIN_ROUNDS)
+    compile_rounds = plan.rounds(COMPILE_MIN_ROUNDS)
     try:
         for _ in range(compile_rounds):
             result.compiles.append(await compile_once(raw, result.vocab_size))

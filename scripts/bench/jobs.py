@@ -99,6 +99,9 @@ SHAPES = {
 
 def finetune_shape(plan: Plan) -> FinetuneShape:
     """A --model of unknown size is taken to be as slow as the bench model."""
+    if plan.smoke:  # two reports, the first dropped as warm-up: one counted each way
+        shape = SHAPES.get((plan.size, True), SHAPES[("bench", True)])
+        return FinetuneShape(shape.steps_per_report * 2, shape.batch_size, shape.steps_per_report)
     return SHAPES.get((plan.size, plan.quick), SHAPES[("bench", plan.quick)])
 
 
@@ -269,7 +272,7 @@ def describe_finetune(run: FinetuneRun) -> str:
 async def measure_jobs(plan: Plan, prompt: str) -> dict[str, Any]:
     """Everything of this module on a host of its own, stopped when it ends; the summary."""
     shape = finetune_shape(plan)
-    rounds = max(plan.repeats, JOBS_MIN_ROUNDS)
+    rounds = plan.rounds(JOBS_MIN_ROUNDS)
     top = max(plan.concurrency)
     serving_at = SERVING_CONCURRENCY if SERVING_CONCURRENCY in plan.concurrency else top
     load_at_start = os.getloadavg()
@@ -291,8 +294,9 @@ async def measure_jobs(plan: Plan, prompt: str) -> dict[str, Any]:
                 http = HTTPBench(client, prompt, plan.max_tokens)
                 await warm_up_http(http, plan)
                 short = job_options(data, shape, iters=shape.steps_per_report)
-                least = max(plan.repeats, SERVING_MIN_RUNS)
-                serving = await serving_around_a_job(http, admin, model, short, serving_at, least)
+                least = plan.rounds(SERVING_MIN_RUNS)
+                min_s = 0.0 if plan.smoke else SERVING_MIN_S
+                serving = await serving_around_a_job(http, admin, model, short, serving_at, least, min_s)
                 pids = {"parent": host.pid, "worker": int((await isolated_worker(client))["pid"])}
                 runs: list[FinetuneRun] = []
                 for round_number, through_host in alternating(rounds):
@@ -332,13 +336,19 @@ async def measure_jobs(plan: Plan, prompt: str) -> dict[str, Any]:
 
 
 async def serving_around_a_job(
-    http: HTTPBench, admin: AdminClient, model: str, job: dict[str, Any], concurrency: int, least: int
+    http: HTTPBench,
+    admin: AdminClient,
+    model: str,
+    job: dict[str, Any],
+    concurrency: int,
+    least: int,
+    min_s: float = SERVING_MIN_S,
 ) -> dict[str, Any]:
-    """Runs of `concurrency` streams before any job (at least `least`, and SERVING_MIN_S of them),
+    """Runs of `concurrency` streams before any job (at least `least`, and `min_s` of them),
     a job, and as many runs once the host has resumed its workers; the summary."""
     before: list[BatchRun] = []
     began = time.perf_counter()
-    while len(before) < least or time.perf_counter() - began < SERVING_MIN_S:
+    while len(before) < least or time.perf_counter() - began < min_s:
         before.append(await serving_run(http, concurrency, f"before a job {len(before) + 1}"))
     short = await mlxhost_run(admin, model, job)
     progress(f"  jobs: a short fine-tune ({short.job}): {short.wall_s:.1f} s")

@@ -202,7 +202,7 @@ def describe_overload(run: OverloadRun) -> str:
 async def measure_overload(plan: Plan, prompt: str) -> list[OverloadRun]:
     """A separate isolated server with --max-active 4 --max-queued 4 (see OVERLOAD_*)."""
     max_tokens = plan.max_tokens * OVERLOAD_TOKENS_FACTOR
-    rounds = max(plan.repeats, OVERLOAD_MIN_ROUNDS)
+    rounds = plan.rounds(OVERLOAD_MIN_ROUNDS)
     options = overload_options()
     progress("overload: starting an isolated server with " + " ".join(options))
     server = await anyio.to_thread.run_sync(

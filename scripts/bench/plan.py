@@ -47,6 +47,12 @@ class Plan:
     only: str | None = None  # one of ONLY: that part alone
     # Each closed-loop row's max_tokens: the issue's profile (400), or --max-tokens when given.
     closed_loop_tokens: int = CLOSED_LOOP_TOKENS
+    smoke: bool = False  # every part once, as short as it goes: for the test that the bench runs
+
+    def rounds(self, minimum: int) -> int:
+        """Rounds of a part that alternates two arms: enough for medians (`minimum`), or one with
+        --smoke."""
+        return 1 if self.smoke else max(self.repeats, minimum)
 
     @property
     def jobs_only(self) -> bool:
@@ -117,6 +123,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one repeat, fewer tokens; a shorter agent scenario (an 800-token system prompt, 6 turns)",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="--quick, and every part once and as short as it goes (one round where medians want "
+        "several, shorter windows and fine-tunes): that the bench runs and writes every figure, for "
+        "its test; the figures themselves mean little",
+    )
     only = parser.add_mutually_exclusive_group()
     only.add_argument(
         "--jobs-only",
@@ -164,6 +177,7 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
     options = parser()
     args = options.parse_args(argv)
     size = args.size or (AGENT_SIZE if args.only == "agent" else DEFAULT_SIZE)
+    args.quick = args.quick or args.smoke
     defaults = QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS
     max_tokens = args.max_tokens if args.max_tokens is not None else defaults[size]
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
@@ -194,5 +208,5 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
     return Plan(
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
         ttft_requests, args.mlx_lm_server_backlog, args.quick, args.only,
-        CLOSED_LOOP_TOKENS if args.max_tokens is None else max_tokens,
+        CLOSED_LOOP_TOKENS if args.max_tokens is None else max_tokens, args.smoke,
     )  # fmt: skip

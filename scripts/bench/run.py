@@ -122,7 +122,7 @@ async def measure(
             f"p95 {percentile(latencies, 95):.1f} ms, max {max(latencies, default=math.nan):.1f} ms"
         )
         hub_tokens = plan.max_tokens * LAGGING_TOKENS_FACTOR
-        hub_rounds = max(plan.repeats, LAGGING_MIN_ROUNDS)
+        hub_rounds = plan.rounds(LAGGING_MIN_ROUNDS)
         hub_runs = await measure_hub_ratio(isolated, isolated_url, prompt, hub_tokens, hub_rounds)
 
         # Recovery, with a subscriber that times each kill's worker.exited event.

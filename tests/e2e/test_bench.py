@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_benchmark_runs_and_writes_its_ratios(tmp_path: Path) -> None:
     report = tmp_path / "bench.json"
     command = [
-        sys.executable, "scripts/bench", "--quick", "--concurrency", "1,4", "--ttft-requests", "2",
+        sys.executable, "scripts/bench", "--smoke", "--concurrency", "1,4", "--ttft-requests", "2",
         "--max-tokens", "32", "--json", str(report), "--chart", str(tmp_path / "bench.png"),
     ]  # fmt: skip
     run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)

@@ -119,9 +119,12 @@ def assert_clean_aftermath(server: RunningHost) -> None:
 
 @pytest.mark.slow
 def test_twenty_kills_under_eight_streams(tiny_model: Path) -> None:
+    # With the default warm standby, as users run it: a kill that finds it ready respawns in
+    # about a model load; one soon after (its replacement still importing) spawns afresh.
     server = start_host(
-        "--model", str(tiny_model), "--restart-limit", "100", "--crash-backoff", "0", "--early-exit", "0"
-    )
+        "--model", str(tiny_model), "--restart-limit", "100", "--crash-backoff", "0", "--early-exit", "0",
+        "--standby-workers", "1",
+    )  # fmt: skip
     tally, stop = Tally(), threading.Event()
     try:
         threads = clients(server, tally, stop, max_tokens=60)
