@@ -34,7 +34,8 @@ import mlx.core as mx
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.worker.generation import GenerationSession
 from mlxhost.worker.prompt_cache import PromptCache
-from mlxhost.worker.prompt_store import Entry, worth_loading
+from mlxhost.worker.prompt_files import Entry
+from mlxhost.worker.prompt_store import worth_loading
 from mlxhost.worker.sampling import SamplerCache, processors_for
 from mlxhost.worker.textstream import TextStream
 from mlxhost.worker.tokenizer import Tokenizer

@@ -36,14 +36,14 @@ from mlxhost.worker.batching import Batching, EngineFailed, Outputs
 from mlxhost.worker.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.grammar import Grammars
 from mlxhost.worker.prompt_cache import PromptCache, PromptCacheStatistics
-from mlxhost.worker.prompt_store import (
-    PromptStore,
+from mlxhost.worker.prompt_files import (
     cache_signature,
     keep_signature,
     kept_signature,
     model_fingerprint,
     store_folder,
 )
+from mlxhost.worker.prompt_store import PromptStore
 from mlxhost.worker.tokenizer import Tokenizer, context_length
 
 __all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "EngineStopped"]

@@ -1,12 +1,9 @@
 """The prompt cache's disk tier: KV caches that outlive the worker, and the host.
 
-Every KV cache the memory tier keeps (prompt_cache.py) is also written here, in mlx-lm's own
-format (`save_prompt_cache`: safetensors, with our metadata beside the layer classes), under
-`<state_dir>/prompt-cache/<model folder>-<fingerprint>/`. The fingerprint digests every file of
-the model and adapter directories (name, size, mtime), so other weights, another tokenizer or
-another adapter never find these entries. A file's metadata holds the tokens its KV holds and a
-digest of the namespace it was kept under (never the caller's scope or salt themselves), so the
-index is rebuilt at start from the safetensors headers alone: no tensor is read until one is used.
+Every KV cache the memory tier keeps (prompt_cache.py) is also written to the model's folder under
+the state directory, one file each (`prompt_files.py`: where the folder is, what a file holds, when
+one is this model's). The index of the folder is rebuilt at start from the files' headers alone:
+no tensor is read until one is used.
 
 Writes go through a writer thread, loads through a loader thread, so the generation thread never
 waits for the disk. What MLX allows across threads (mlx 0.32): an array whose graph was built on
@@ -25,15 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 import logging
 import os
 import queue
-import struct
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,61 +34,37 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx_lm
-from mlx.utils import tree_flatten
-from mlx_lm.models.cache import PromptTrie, can_trim_prompt_cache, load_prompt_cache, save_prompt_cache
+from mlx_lm.models.cache import PromptTrie
 
-__all__ = [
-    "Entry",
-    "PromptStore",
-    "Signature",
-    "StoreBusy",
-    "StoreStatistics",
-    "cache_signature",
-    "keep_signature",
-    "kept_signature",
-    "model_fingerprint",
-    "namespace_digest",
-    "store_folder",
-    "worth_loading",
-]
+from mlxhost.worker.prompt_files import (
+    SUFFIX,
+    Entry,
+    Namespace,
+    Signature,
+    cache_arrays,
+    entry_name,
+    is_leftover,
+    namespace_digest,
+    read_cache,
+    read_header,
+    write_cache,
+)
+
+__all__ = ["PromptStore", "StoreBusy", "StoreStatistics", "worth_loading"]
 
 logger = logging.getLogger("mlxhost.engine")
 
-FORMAT = 1  # of our files and of the fingerprint: bump it and older folders are never matched
 # A load must save at least this many prompt tokens, and this share of what it reads (see
 # `worth_loading`).
 LOAD_MIN_TOKENS = 2
 LOAD_MIN_SHARE = 4
 WRITE_QUEUE = 8  # caches waiting for the writer
 LOCK_FILE = ".lock"
-SIGNATURE_FILE = ".signature.json"
 LOCK_RETRY = 0.5  # seconds between tries for a folder another worker holds...
 LOCK_PATIENCE = 60.0  # ...for this long: a worker being replaced lets go as it exits
-_SUFFIX = ".safetensors"
-_HEADER_MAX = 64 << 20  # a header longer than this is not one of ours
-
-Namespace = tuple[str, str]
-# Per layer: its class, the (shape, dtype) of each array of its state (None on the sequence axis)
-# and the fixed sizes (window, kept tokens) that must match.
-Signature = tuple[tuple[str, tuple[tuple[tuple[int | None, ...], str], ...], tuple[int | None, ...]], ...]
-
 
 class StoreBusy(Exception):
     """Another worker owns the model's folder."""
-
-
-class _BadFile(Exception):
-    """A file that is not a cache of this model."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    name: str  # the file's name in the folder
-    namespace: str  # digest of the namespace it was kept under
-    tokens: tuple[int, ...]  # what its KV holds
-    trimmable: bool
-    size: int  # bytes on disk
 
 
 @dataclass(frozen=True)
@@ -109,54 +78,6 @@ class StoreStatistics:
     removed_files: int  # unreadable or foreign files removed
 
 
-def model_fingerprint(model_path: Path, adapter_path: Path | None = None) -> str:
-    """A digest of our format and every file of the model (and adapter) directory."""
-    files: list[list[Any]] = []
-    for root in (model_path, adapter_path):
-        if root is None:
-            files.append([])
-            continue
-        listed = []
-        for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
-            info = path.stat()
-            listed.append([str(path.relative_to(root)), info.st_size, info.st_mtime_ns])
-        files.append(listed)
-    return hashlib.sha256(json.dumps([FORMAT, files]).encode()).hexdigest()
-
-
-def store_folder(state_dir: Path, model_path: Path, fingerprint: str) -> Path:
-    from mlxhost.wire.layout import PROMPT_CACHE_DIR
-
-    return state_dir / PROMPT_CACHE_DIR / f"{model_path.name}-{fingerprint[:16]}"
-
-
-def _entry_name(namespace: str, tokens: Sequence[int]) -> str:
-    """The file of the entry for `tokens` under the namespace digest `namespace`."""
-    return f"{namespace}-{hashlib.sha256(json.dumps(list(tokens)).encode()).hexdigest()[:32]}{_SUFFIX}"
-
-
-def namespace_digest(namespace: Namespace) -> str:
-    # Files and their metadata can be read by whoever reads the state directory: they carry
-    # this digest, never a caller's scope or salt.
-    return hashlib.sha256(json.dumps(list(namespace)).encode()).hexdigest()[:32]
-
-
-def cache_signature(cache: Sequence[Any]) -> Signature:
-    """What a cache of this model looks like, less its length: compared with every loaded cache."""
-    layers = []
-    for layer in cache:
-        name = type(layer).__name__
-        arrays = []
-        for value in _arrays([layer]):
-            shape: tuple[int | None, ...] = tuple(value.shape)
-            if name.endswith("KVCache") and len(shape) == 4:
-                shape = (*shape[:2], None, *shape[3:])  # (batch, heads, tokens, dims)
-            arrays.append((shape, str(value.dtype)))
-        fixed = (getattr(layer, "max_size", None), getattr(layer, "keep", None))
-        layers.append((name, tuple(arrays), fixed))
-    return tuple(layers)
-
-
 def worth_loading(covered: int, in_memory: int) -> bool:
     """Whether to load an entry that starts a prompt `covered` tokens in, where memory has `in_memory`.
 
@@ -168,42 +89,6 @@ def worth_loading(covered: int, in_memory: int) -> bool:
     """
     saved = covered - in_memory
     return saved >= LOAD_MIN_TOKENS and saved * LOAD_MIN_SHARE >= covered
-
-
-def kept_signature(folder: Path) -> Signature | None:
-    """The signature a worker kept in `folder`, if these versions of MLX and mlx-lm computed it.
-
-    Computing it takes a forward pass at every start, and a respawned worker's first request
-    waits for it: tens of milliseconds on a small model, more on a large one. The folder is
-    already this model's (its name is the model's fingerprint), and the layer classes and dtypes
-    can change only with the libraries.
-    """
-    try:
-        kept = json.loads((folder / SIGNATURE_FILE).read_text())
-        if kept["versions"] != _versions():
-            return None
-        return _tuples(kept["signature"])  # type: ignore[no-any-return]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def keep_signature(folder: Path, signature: Signature) -> None:
-    """Keep `signature` for the next worker of `folder` (see `kept_signature`); best effort."""
-    path = folder / SIGNATURE_FILE
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(OSError):
-        temporary.write_text(json.dumps({"versions": _versions(), "signature": signature}))
-        os.replace(temporary, path)
-    with contextlib.suppress(OSError):
-        temporary.unlink(missing_ok=True)
-
-
-def _versions() -> list[str]:
-    return [str(mx.__version__), str(mlx_lm.__version__)]  # type: ignore[attr-defined]
-
-
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 class PromptStore:
@@ -282,12 +167,12 @@ class PromptStore:
         with self._lock:
             # Already on disk (a repeated prompt with a greedy reply ends in the same tokens): no
             # copy in this thread and no write in the other, only its place in the LRU order.
-            known = self._entries.get(_entry_name(digest, tokens))
+            known = self._entries.get(entry_name(digest, tokens))
             if known is not None:
                 self._entries.move_to_end(known.name)
                 return
         # Evaluated here, in the thread whose stream built it: the writer could not.
-        mx.eval(_arrays(cache))
+        mx.eval(cache_arrays(cache))
         try:
             self._writes_queue.put_nowait((tuple(tokens), cache, digest))
         except queue.Full:
@@ -331,11 +216,7 @@ class PromptStore:
         """The cache `entry` names, checked and evaluated; None if it is gone or bad (then removed)."""
         path = self.folder / entry.name
         try:
-            cache, metadata = load_prompt_cache(str(path), return_metadata=True)
-            if metadata.get("tokens") != json.dumps(list(entry.tokens)):
-                raise _BadFile("its tokens are not the ones in its header")
-            self._check(cache, len(entry.tokens))
-            mx.eval(_arrays(cache))
+            cache = read_cache(path, entry, self._signature)
         except FileNotFoundError:
             self._forget([entry], unlink=False)  # evicted meanwhile
             return None
@@ -352,29 +233,12 @@ class PromptStore:
 
     def write(self, tokens: tuple[int, ...], cache: list[Any], namespace: str) -> Entry:
         """Write one cache (evaluated arrays only), then keep the folder under its bound."""
-        name = _entry_name(namespace, tokens)
-        trimmable = can_trim_prompt_cache(cache)
-        metadata = {
-            "mlxhost": str(FORMAT),
-            "namespace": namespace,
-            "tokens": json.dumps(list(tokens)),
-            "trimmable": "1" if trimmable else "0",
-        }
-        # A temporary name first: a crash mid-write never leaves a torn file under a real name
-        # (the next owner removes the leftovers).
-        temporary = self.folder / f".{uuid.uuid4().hex}.tmp{_SUFFIX}"
-        try:
-            save_prompt_cache(str(temporary), cache, metadata)
-            os.replace(temporary, self.folder / name)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                temporary.unlink()
-        entry = Entry(name, namespace, tokens, trimmable, (self.folder / name).stat().st_size)
+        entry = write_cache(self.folder, namespace, tokens, cache)
         with self._lock:
             self._writes += 1
             self._add(entry)
             gone = []
-            if trimmable:  # its prefixes are covered by trimming it, as in the memory tier
+            if entry.trimmable:  # its prefixes are covered by trimming it, as in the memory tier
                 for _, prefix in self._trie.pop_prefixes(namespace, list(tokens)):
                     self._drop_from_index(prefix, in_trie=False)
                     gone.append(prefix)
@@ -388,21 +252,6 @@ class PromptStore:
         return entry
 
     # -- internals ----------------------------------------------------------------------------
-
-    def _check(self, cache: list[Any], tokens: int) -> None:
-        # A cache that reached the batch with a wrong shape would fail the step of every session.
-        if cache_signature(cache) != self._signature:
-            raise _BadFile("not a cache of this model (layers, shapes or dtypes differ)")
-        for layer in cache:
-            offset = getattr(layer, "offset", None)
-            if offset is None:
-                continue
-            if not isinstance(offset, int) or offset != tokens:
-                raise _BadFile(f"it holds {offset} tokens, its header says {tokens}")
-            keys = getattr(layer, "keys", None)
-            size = min(offset, getattr(layer, "max_size", None) or offset)
-            if keys is None or keys.shape[2] < size:
-                raise _BadFile("its keys are shorter than its length")
 
     def _add(self, entry: Entry) -> None:
         # Under self._lock. The same tokens in the same namespace have the same file name: an
@@ -451,16 +300,15 @@ class PromptStore:
         """Rebuild the index from the files' headers; remove leftovers and foreign files."""
         found = []
         for path in self.folder.iterdir():
-            if path.name.startswith("."):
-                if path.name.endswith(f".tmp{_SUFFIX}"):  # a write that a crash cut short
-                    with contextlib.suppress(OSError):
-                        path.unlink()
+            if is_leftover(path):
+                with contextlib.suppress(OSError):
+                    path.unlink()
                 continue
-            if not path.name.endswith(_SUFFIX):
+            if path.name.startswith(".") or not path.name.endswith(SUFFIX):
                 continue
             try:
                 info = path.stat()
-                entry = _read_header(path, info.st_size)
+                entry = read_header(path, info.st_size)
             except Exception as exc:  # noqa: BLE001 - an unreadable file is removed, never fatal
                 logger.warning("prompt cache: removing %s: %s: %s", path.name, type(exc).__name__, exc)
                 with contextlib.suppress(OSError):
@@ -528,31 +376,3 @@ class PromptStore:
             done(self.read(entry))
 
 
-def _arrays(cache: Sequence[Any]) -> list[mx.array]:
-    flat: list[tuple[str, Any]] = tree_flatten([layer.state for layer in cache])  # type: ignore[assignment]
-    return [value for _, value in flat if isinstance(value, mx.array)]
-
-
-def _read_header(path: Path, size: int) -> Entry:
-    """An entry from a file's safetensors header (8-byte little-endian length, then JSON)."""
-    with path.open("rb") as file:
-        prefix = file.read(8)
-        if len(prefix) != 8:
-            raise _BadFile("shorter than a header")
-        (length,) = struct.unpack("<Q", prefix)
-        if length > min(_HEADER_MAX, size - 8):
-            raise _BadFile("its header runs past its end")
-        header = json.loads(file.read(length))
-    metadata = header.get("__metadata__") or {}
-    if metadata.get("0.mlxhost") != str(FORMAT):
-        raise _BadFile("not one of our files, or an older format")
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    if 8 + length + end > size:
-        raise _BadFile("cut short")
-    tokens = json.loads(metadata["0.tokens"])
-    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, int) for t in tokens):
-        raise _BadFile("no tokens in its header")
-    namespace = metadata["0.namespace"]
-    if not path.name.startswith(f"{namespace}-"):
-        raise _BadFile("its name and header disagree")
-    return Entry(path.name, namespace, tuple(tokens), metadata.get("0.trimmable") == "1", size)

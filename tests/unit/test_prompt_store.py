@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,17 +13,8 @@ import pytest
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from mlxhost.testing import wait_until
-from mlxhost.worker.prompt_store import (
-    PromptStore,
-    Signature,
-    cache_signature,
-    keep_signature,
-    kept_signature,
-    model_fingerprint,
-    namespace_digest,
-    store_folder,
-    worth_loading,
-)
+from mlxhost.worker.prompt_files import Signature, cache_signature, namespace_digest
+from mlxhost.worker.prompt_store import PromptStore, worth_loading
 
 TOKENS = list(range(5, 45))
 
@@ -114,14 +104,6 @@ def test_the_disk_bound_evicts_the_least_recently_used(model: Any, open_store: A
     assert store.find(prompts[0], ("", ""))[0] is not None and store.find(prompts[2], ("", ""))[0] is not None
 
 
-def test_another_model_or_a_changed_file_never_matches(tiny_model: Path, tmp_path: Path) -> None:
-    copy = shutil.copytree(tiny_model, tmp_path / "tiny")
-    before = store_folder(tmp_path, copy, model_fingerprint(copy))
-    os.utime(copy / "config.json", ns=(1, 1))
-    assert store_folder(tmp_path, copy, model_fingerprint(copy)) != before
-    assert model_fingerprint(copy, adapter_path=tmp_path / "tiny") != model_fingerprint(copy)
-
-
 def test_bad_files_are_ignored_and_removed(model: Any, open_store: Any) -> None:
     store = open_store()
     namespace = namespace_digest(("", ""))
@@ -156,19 +138,6 @@ def test_a_cache_already_on_disk_is_not_written_again(model: Any, open_store: An
     wait_until(lambda: store.statistics().writes == 2)
     store.close()
     assert store.statistics().writes == 2 and len(files(store)) == 1  # the longer one covers the first
-
-
-def test_the_signature_is_kept_for_the_next_worker_and_only_for_these_versions(
-    signature: Signature, tmp_path: Path
-) -> None:
-    assert kept_signature(tmp_path) is None  # none kept: the worker computes it
-    keep_signature(tmp_path, signature)
-    assert kept_signature(tmp_path) == signature
-    kept = tmp_path / ".signature.json"
-    kept.write_text(kept.read_text().replace(mx.__version__, "0.0.1"))
-    assert kept_signature(tmp_path) is None  # another MLX may lay caches out otherwise
-    kept.write_text("{not json")
-    assert kept_signature(tmp_path) is None
 
 
 def test_a_load_must_save_real_prefill() -> None:
