@@ -5,9 +5,9 @@ the model's load after that is often a fraction of it. So the host keeps `standb
 processes spawned ahead, each stopped where it reads its launch record, having said
 `MLXHOST-STANDBY` (`mlxhost.wire.launch`). A `WorkerProcess` takes one instead of spawning (a
 crashed worker's successor, an on-demand model's cold start) and writes it the record; a
-replacement is spawned in the background, a moment after the taken one serves. A standby holds no model, only the imported
-libraries: its resident memory is the price, and /health, /admin/state, metrics and the console
-show it.
+replacement is spawned in the background, a moment after the taken one serves. A standby holds
+no model, only the imported libraries: its resident memory is the price, and /health,
+/admin/state, metrics and the console show it.
 
     spawned → warming → ready → taken (a worker from then on) | gone (replaced after a backoff)
 
