@@ -64,8 +64,10 @@ class _Connection:
             return False
         return False  # b"": the worker's EOF; or bytes nobody asked for: either way, not reusable
 
-    async def send(self, event: h11.Event) -> None:
-        data = self.h11.send(event)
+    async def send(self, *events: h11.Event) -> None:
+        # One write for the whole request: each write wakes the worker's event loop, and a
+        # head without its body wakes it for nothing.
+        data = b"".join(self.h11.send(event) or b"" for event in events)
         if data:
             await self.stream.send(data)
 
@@ -164,9 +166,7 @@ class WorkerClient:
         )
         connection = await self._reuse() or await self._connect()
         try:
-            await connection.send(request)
-            await connection.send(h11.Data(data=body))
-            await connection.send(h11.EndOfMessage())
+            await connection.send(request, h11.Data(data=body), h11.EndOfMessage())
             event = await connection.next_event()
             while isinstance(event, h11.InformationalResponse):
                 event = await connection.next_event()
