@@ -326,7 +326,8 @@ class Settings:
         0.05,
         _non_negative_number,
         "shortest gap in seconds between two SSE frames of a stream; faster tokens are sent "
-        "together (0: a frame per token)",
+        "together, and past 8 streams the gap grows so a worker sends at most 160 frames a "
+        "second (0: a frame per token)",
     )
     shutdown_grace: float = _option(
         10.0, _positive_number, "seconds running requests may finish after SIGTERM"

@@ -258,6 +258,11 @@ class Engine:
             session.cancel("client_disconnected", self._batching.counters.steps)
             session.close()
 
+    @property
+    def session_count(self) -> int:
+        """Sessions submitted and not yet finished."""
+        return len(self._sessions)
+
     def open_sessions(self) -> list[GenerationSession]:
         return list(self._sessions)
 
