@@ -33,10 +33,11 @@ import mlx.core as mx
 
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.worker.generation import GenerationSession
+from mlxhost.worker.group import Insert, LeadingGenerator, insert_requests
 from mlxhost.worker.prompt_cache import PromptCache
 from mlxhost.worker.prompt_files import Entry
 from mlxhost.worker.prompt_store import worth_loading
-from mlxhost.worker.sampling import SamplerCache, processors_for
+from mlxhost.worker.sampling import SamplerCache
 from mlxhost.worker.textstream import TextStream
 from mlxhost.worker.tokenizer import Tokenizer
 
@@ -205,14 +206,16 @@ class Batching:
             prompt_cache = self._prompt_cache
             starts = [prompt_cache.take(s.request.prompt, s.request.cache_namespace) for s in admitted]
             cached = [len(s.request.prompt) - len(rest) for s, (_, rest) in zip(admitted, starts, strict=True)]
-            uids = generator.insert(
+            insert = Insert(
+                [s.request for s in admitted],
                 [rest for _, rest in starts],
-                max_tokens=[s.request.max_tokens for s in admitted],
-                caches=[cache for cache, _ in starts],
-                all_tokens=[s.request.prompt[:n] for s, n in zip(admitted, cached, strict=True)],
-                samplers=[samplers.sampler_for(s.request.sampling) for s in admitted],
-                logits_processors=[processors_for(s.request, self.vocab_size) for s in admitted],
+                [s.request.prompt[:n] for s, n in zip(admitted, cached, strict=True)],
             )
+            caches = [cache for cache, _ in starts]
+            if isinstance(generator, LeadingGenerator):  # a group's rank 0: the followers first
+                uids = generator.insert_requests(samplers, insert, caches, self.vocab_size)
+            else:
+                uids = insert_requests(generator, samplers, insert, caches, self.vocab_size)
             self._from_disk.difference_update(admitted)
             for uid, session, hit in zip(uids, admitted, cached, strict=True):
                 detokenizer = self._tokenizer.decoder.detokenizer

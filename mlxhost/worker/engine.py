@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -31,10 +32,12 @@ import mlx.core as mx
 import mlx_lm
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache, make_prompt_cache
+from mlx_lm.utils import sharded_load
 
 from mlxhost.worker.batching import Batching, EngineFailed, Outputs
 from mlxhost.worker.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.grammar import Grammars
+from mlxhost.worker.group import SEED, LeadingGenerator, Link, follow
 from mlxhost.worker.prompt_cache import PromptCache, PromptCacheStatistics
 from mlxhost.worker.prompt_files import (
     cache_signature,
@@ -46,7 +49,15 @@ from mlxhost.worker.prompt_files import (
 from mlxhost.worker.prompt_store import PromptStore
 from mlxhost.worker.tokenizer import Tokenizer, context_length
 
-__all__ = ["Engine", "EngineFailed", "EngineOptions", "EngineStatistics", "EngineStopped"]
+__all__ = [
+    "Engine",
+    "EngineFailed",
+    "EngineOptions",
+    "EngineStatistics",
+    "EngineStopped",
+    "make_generator",
+    "serve_follower",
+]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -67,6 +78,9 @@ class EngineOptions:
     # between steps; readers send frames only every stream_interval anyway.
     publish_interval: float = 0.0
     adapter_path: str | None = None  # LoRA adapters (mlx-lm's adapter directory) loaded over the model
+    # In a worker group (group.py): how the model is split across the ranks of MLX's distributed
+    # group, "tensor" or "pipeline"; this engine is rank 0's. None: a single worker.
+    sharding: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +118,9 @@ class Engine:
         self._idle.set()
         self._finished = anyio.Event()
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
-        self._prompt_cache = PromptCache(options.prompt_cache_entries, options.prompt_cache_bytes)
+        # A group has no prompt cache yet (see group.py): each rank would need the same entries.
+        entries = 0 if options.sharding is not None else options.prompt_cache_entries
+        self._prompt_cache = PromptCache(entries, options.prompt_cache_bytes)
         self._batching = Batching(self._prompt_cache, options.publish_interval, self._hand_over)
         self._batching.on_quiet = self._report_quiet
         self._quiet = anyio.Event()  # set once the thread is quiet for the current closing of the gate
@@ -165,7 +181,11 @@ class Engine:
     def _thread_main(self, started: Callable[[], object]) -> None:
         """The generation thread: load the model, then batch until the engine stops."""
         began = time.perf_counter()
-        model, loaded = mlx_lm.load(str(self.model_path), adapter_path=self.options.adapter_path)[:2]
+        options = self.options
+        if options.sharding is not None:
+            model, loaded = load_shard(self.model_path, options.sharding)
+        else:
+            model, loaded = mlx_lm.load(str(self.model_path), adapter_path=options.adapter_path)[:2]
         tokenizer = self._tokenizer = Tokenizer(loaded)
         self.vocab_size = tokenizer.vocab_size
         logits = getattr(getattr(model, "args", None), "vocab_size", None)
@@ -176,13 +196,9 @@ class Engine:
         tokenizer.warm()
         self.load_seconds = time.perf_counter() - began
         gc.freeze()  # the model's and tokenizer's objects, as the worker's imports (see its preload)
-        generator = BatchGenerator(
-            model,
-            stop_tokens=[[t] for t in tokenizer.decoder.eos_token_ids],
-            completion_batch_size=self.options.max_batch,
-            prefill_batch_size=self.options.prefill_batch,
-            prefill_step_size=self.options.prefill_step,
-        )
+        generator: Any = make_generator(model, tokenizer.decoder.eos_token_ids, options)
+        if options.sharding is not None:
+            generator = LeadingGenerator(generator, Link(mx.distributed.init(), generator.stream))
         disk = self._open_disk_tier(model)
         try:
             self._batching.run(generator, tokenizer, started)
@@ -191,6 +207,8 @@ class Engine:
                 disk.close()  # the queued writes finish first
 
     def _open_disk_tier(self, model: object) -> PromptStore | None:
+        if self.options.sharding is not None:
+            return None  # a group has no prompt cache (see group.py)
         # A cache of this model after one token: its layer classes, shapes and dtypes.
         probe = make_prompt_cache(model)  # type: ignore[arg-type]
         plain = (KVCache, QuantizedKVCache, ConcatenateKVCache)
@@ -371,3 +389,39 @@ class Engine:
             self._finished = anyio.Event()
         if not self._sessions:
             self._idle.set()
+
+
+def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOptions) -> BatchGenerator:
+    """The BatchGenerator an engine steps; every rank of a group builds the same one."""
+    return BatchGenerator(
+        model,
+        stop_tokens=[[t] for t in eos_token_ids],
+        completion_batch_size=options.max_batch,
+        prefill_batch_size=options.prefill_batch,
+        prefill_step_size=options.prefill_step,
+    )
+
+
+def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any]:
+    """This rank's shard of the model, and the tokenizer, in MLX's distributed group."""
+    group = mx.distributed.init(strict=True)
+    if sharding == "tensor":
+        model, tokenizer = sharded_load(str(model_path), tensor_group=group)
+    elif sharding == "pipeline":
+        model, tokenizer = sharded_load(str(model_path), pipeline_group=group)
+    else:
+        raise ValueError(f"sharding must be 'tensor' or 'pipeline', not {sharding!r}")
+    mx.random.seed(SEED)  # every rank samples alike (see group.py)
+    return model, tokenizer
+
+
+def serve_follower(model_path: Path, options: EngineOptions, on_loaded: Callable[[], object]) -> None:
+    """A follower rank of a group: load its shard, then make rank 0's calls until it closes."""
+    assert options.sharding is not None
+    model, loaded = load_shard(model_path, options.sharding)
+    tokenizer = Tokenizer(loaded)
+    logits = getattr(getattr(model, "args", None), "vocab_size", None)
+    vocab_size = logits if isinstance(logits, int) else tokenizer.vocab_size
+    generator = make_generator(model, tokenizer.decoder.eos_token_ids, options)
+    on_loaded()
+    follow(generator, Link(mx.distributed.init(), generator.stream), vocab_size)

@@ -1,0 +1,161 @@
+"""A model split across MLX ranks: rank 0 batches, the other ranks follow it step by step.
+
+Tensor or pipeline parallel, every rank must run the same forward passes over the same rows in the
+same order, or the collectives inside the model pair up the wrong tensors. Rank 0 runs the engine
+as a single worker does (batching.py); its BatchGenerator is wrapped in `LeadingGenerator`, which
+sends each call that changes the batch (insert, remove, step, close) to the followers before making
+it. A follower (`follow`) makes the same calls on a generator of its own, built with the same
+options over its shard of the model.
+
+Both sides sample for themselves: the logits leaving the model are the same on every rank (the
+last collective gives each the whole sum), and so are the samplers, the logits processors (built
+from the request each insert carries) and MLX's random state (every rank seeds it alike), so each
+rank picks the same token and feeds it back. The messages travel through MLX's own collectives on
+the group (`Link`): nothing home-made for transport, and they queue behind the model's own
+collectives in the one stream that orders them.
+
+Not mirrored yet: the prompt cache (each rank would have to keep and take the same entries of its
+own shard), so a group runs without one.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from mlxhost.worker.generation import GenerationRequest
+from mlxhost.worker.sampling import SamplerCache, processors_for
+
+__all__ = ["Insert", "LeadingGenerator", "Link", "follow", "insert_requests"]
+
+# A message travels in one collective when it fits here with its length (a step's message is a
+# few bytes; an insert carries its prompts); a longer one takes a second collective for the rest.
+INLINE = 4096
+SEED = 0  # MLX's random state on every rank, so that sampling agrees
+
+
+class Link:
+    """Messages from rank 0 to every other rank of `group`, over the group's collectives.
+
+    A broadcast is a sum in which only rank 0 has anything but zeros: every backend MLX has
+    implements `all_sum`, and no other primitive is needed. The sums run on `stream`, the
+    generator's: a collective on another stream could run before the model's collectives queued
+    ahead of it, and pair with the wrong one on the other ranks.
+    """
+
+    def __init__(self, group: mx.distributed.Group, stream: Any) -> None:
+        self.group = group
+        self.rank = group.rank()
+        self.stream = stream
+
+    def send(self, message: bytes) -> None:
+        assert self.rank == 0, "only rank 0 sends"
+        head = struct.pack("<I", len(message)) + message[: INLINE - 4]
+        self._sum(head.ljust(INLINE, b"\0"))
+        if len(message) > INLINE - 4:
+            self._sum(message[INLINE - 4 :])
+
+    def receive(self) -> bytes:
+        assert self.rank != 0, "rank 0 only sends"
+        head = self._sum(bytes(INLINE))
+        (length,) = struct.unpack_from("<I", head)
+        message = head[4 : 4 + length]
+        if length > INLINE - 4:
+            message += self._sum(bytes(length - (INLINE - 4)))
+        return message
+
+    def _sum(self, data: bytes) -> bytes:
+        array = mx.array(np.frombuffer(data, dtype=np.uint8))
+        total = mx.distributed.all_sum(array, group=self.group, stream=self.stream)
+        mx.eval(total)
+        return np.asarray(total).tobytes()
+
+
+@dataclass(frozen=True)
+class Insert:
+    """Rows to add to the batch: what each rank needs to build the same rows."""
+
+    requests: list[GenerationRequest]
+    prompts: list[list[int]]  # what each row still has to prefill
+    all_tokens: list[list[int]]  # what its cache already holds
+
+
+def insert_requests(
+    generator: Any, samplers: SamplerCache, insert: Insert, caches: list[Any] | None, vocab_size: int
+) -> list[int]:
+    """Add `insert`'s rows to `generator`; their uids, in order."""
+    requests = insert.requests
+    return list(
+        generator.insert(
+            insert.prompts,
+            max_tokens=[r.max_tokens for r in requests],
+            caches=caches,
+            all_tokens=insert.all_tokens,
+            samplers=[samplers.sampler_for(r.sampling) for r in requests],
+            logits_processors=[processors_for(r, vocab_size) for r in requests],
+        )
+    )
+
+
+class LeadingGenerator:
+    """Rank 0's BatchGenerator: each call that changes the batch goes to the followers first."""
+
+    def __init__(self, generator: Any, link: Link) -> None:
+        self._generator = generator
+        self._link = link
+
+    def insert_requests(
+        self, samplers: SamplerCache, insert: Insert, caches: list[Any] | None, vocab_size: int
+    ) -> list[int]:
+        if caches is not None and any(c is not None for c in caches):
+            raise ValueError("a group has no prompt cache to start rows from")
+        self._link.send(pickle.dumps(("insert", insert)))
+        return insert_requests(self._generator, samplers, insert, None, vocab_size)
+
+    def remove(self, uids: list[int], return_prompt_caches: bool = False) -> Any:
+        self._link.send(pickle.dumps(("remove", list(uids))))
+        return self._generator.remove(uids, return_prompt_caches=return_prompt_caches)
+
+    def extract_cache(self, uids: list[int]) -> Any:
+        raise ValueError("a group keeps no prompt-cache snapshots")
+
+    def next(self) -> Any:
+        self._link.send(pickle.dumps(("next", None)))
+        return self._generator.next()
+
+    def close(self) -> None:
+        try:
+            self._link.send(pickle.dumps(("close", None)))
+        finally:
+            self._generator.close()
+
+
+def follow(generator: Any, link: Link, vocab_size: int, on_step: Callable[[], object] = lambda: None) -> None:
+    """A follower's loop: make rank 0's calls on `generator` until rank 0 closes it.
+
+    The messages are pickles, read only from rank 0 of the same group: processes this host
+    started with `mlx.launch`, never a client.
+    """
+    samplers = SamplerCache()
+    try:
+        while True:
+            kind, argument = pickle.loads(link.receive())  # noqa: S301 - see the docstring
+            if kind == "insert":
+                insert_requests(generator, samplers, argument, None, vocab_size)
+            elif kind == "remove":
+                generator.remove(argument)
+            elif kind == "next":
+                generator.next()
+                on_step()
+            elif kind == "close":
+                return
+            else:
+                raise ValueError(f"rank 0 sent an unknown call: {kind!r}")
+    finally:
+        generator.close()
