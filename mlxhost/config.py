@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec
+
 __all__ = ["ConfigError", "ModelSpec", "Settings", "binds", "load_settings", "settings_from_options"]
 
 ENV_PREFIX = "MLXHOST_"
@@ -122,13 +124,17 @@ class ModelSpec:
     max_queued: int | None = None  # sessions waiting; None: the host's max_queued
     max_tokens_limit: int | None = None  # largest max_tokens; None: the host's max_tokens_limit
     adapter: str | None = None  # a LoRA adapter directory (mlx-lm's), loaded over the model
+    group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.ranks); None: one worker
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
 
 
-_MODEL_KEYS = {"id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued", "max_tokens_limit", "adapter"}
+_MODEL_KEYS = {
+    "id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued", "max_tokens_limit",
+    "adapter", "ranks", "backend", "hosts", "hostfile", "sharding",
+}  # fmt: skip
 
 
 def _model_specs(value: object) -> tuple[ModelSpec, ...]:
@@ -183,6 +189,12 @@ def _model_spec(item: object) -> ModelSpec:
     adapter = item.get("adapter")
     if adapter is not None and (not isinstance(adapter, str) or not adapter):
         raise _Invalid("'adapter' must be an adapter directory")
+    try:
+        group = group_spec(item)
+    except InvalidGroup as exc:
+        raise _Invalid(f"model '{model_id}': {exc}") from None
+    if group is not None and adapter is not None:
+        raise _Invalid(f"model '{model_id}': 'adapter' is not served by a group of ranks yet")
     return ModelSpec(
         model_id,
         location,
@@ -194,6 +206,7 @@ def _model_spec(item: object) -> ModelSpec:
         None if max_queued is None else _integer(0)(max_queued),
         None if max_tokens_limit is None else _integer(1)(max_tokens_limit),
         adapter,
+        group,
     )
 
 

@@ -65,6 +65,7 @@ def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket:
         model_id=spec.id,
         options=options,
         adapter_path=spec.adapter,
+        sharding=None if spec.group is None else spec.group.sharding,
     )
 
 

@@ -25,6 +25,7 @@ from mlxhost.host.pool import ModelPool
 from mlxhost.host.sessions import CancelReason, SessionRegistry
 from mlxhost.host.state import ParentState
 from mlxhost.models import model_specs, resolve_model
+from mlxhost.ranks import InvalidGroup, check_sharding
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener, serve_in
 from mlxhost.runtime.ready import report_ready
@@ -64,6 +65,12 @@ async def serve_host(settings: Settings) -> None:
     warn_if_exposed(settings, keys)
     specs = model_specs(settings)
     paths = {spec.id: resolve_model(spec.path) for spec in specs}
+    for spec in specs:
+        if spec.group is not None:
+            try:
+                await check_sharding(paths[spec.id], spec.group)
+            except InvalidGroup as exc:
+                raise StartupError(f"model '{spec.id}': {exc}") from None
     try:
         listener = Listener(binds(settings), max_connections=settings.max_connections)
     except BindError as exc:

@@ -26,12 +26,14 @@ import contextlib
 import json
 import logging
 import math
+import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
 import anyio.abc
+import psutil
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.events import EventHub
@@ -42,6 +44,7 @@ from mlxhost.host.upstream import UpstreamError, UpstreamResponse, WorkerClient
 from mlxhost.host.worker_process import WorkerProcess
 from mlxhost.host.worker_status import WorkerExit, WorkerState, WorkerUnavailable
 from mlxhost.wire.admin import (
+    RankRecord,
     WorkerExhausted,
     WorkerExited,
     WorkerMemory,
@@ -307,6 +310,16 @@ class Supervisor:
             ready_s=round(self.ready_seconds, 3) if self.ready_seconds is not None else None,
             last_exit=self.last_exit.record() if self.last_exit else None,
             memory=self.memory,
+            ranks=self._ranks(),
+        )
+
+    def _ranks(self) -> tuple[RankRecord, ...]:
+        worker = self._worker
+        if worker is None or self.ready_since is None:
+            return ()
+        return tuple(
+            RankRecord(rank=r["rank"], host=r["host"], pid=r["pid"], rss_bytes=_rss(r["host"], r["pid"]))
+            for r in worker.ranks
         )
 
     # -- the lifecycle task ----------------------------------------------------------------
@@ -400,6 +413,7 @@ class Supervisor:
             on_progress=self._on_progress,
             drain=self._drain,
             standby=self._standby,
+            group=self.spec.group,
         )
         try:
             await worker.run(record, self._terminate)
@@ -477,3 +491,13 @@ async def _end_lease(response: UpstreamResponse, body: AsyncIterator[bytes] | No
         await response.aclose()  # closes the connection, unread: that is what ends the lease
         if isinstance(body, AsyncGenerator):
             await body.aclose()  # now rather than when it is collected; nothing is left to close
+
+
+def _rss(host: str, pid: int) -> int | None:
+    """The resident memory of a rank on this machine; None for one elsewhere, or gone."""
+    if host != socket.gethostname():
+        return None
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return None

@@ -21,7 +21,10 @@ import collections
 import contextlib
 import functools
 import logging
+import os
+import re
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -35,6 +38,7 @@ from mlxhost.host.launch import lines, refusal, worker_command
 from mlxhost.host.liveness import wait_hung
 from mlxhost.host.standby import StandbyPool
 from mlxhost.host.worker_status import WorkerExit
+from mlxhost.ranks import GroupSpec, launch_command
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import (
     EXIT_BAD_LAUNCH,
@@ -52,6 +56,9 @@ __all__ = ["STDERR_KEPT", "WorkerProcess", "exit_of"]
 logger = logging.getLogger("mlxhost.supervisor")
 
 STDERR_KEPT = 20
+HOST_PID = "MLXHOST_HOST_PID"  # the worker's name for it (mlxhost/worker/__main__.py)
+# What mlx.launch says on stderr as each rank of a group ends other than cleanly.
+RANK_ENDED = re.compile(r"Node with rank (?P<rank>\d+) (?:exited with code (?P<code>-?\d+)|was killed)")
 
 
 class _Start:
@@ -108,6 +115,7 @@ class WorkerProcess:
         on_progress: Callable[[SessionProgress], None] | None,
         drain: Callable[[], Awaitable[None]],
         standby: StandbyPool | None = None,
+        group: GroupSpec | None = None,
     ) -> None:
         self.id = worker_id
         self.socket_path = socket_path
@@ -121,25 +129,43 @@ class WorkerProcess:
         self.process: anyio.abc.Process | None = None  # while it runs
         self.exit: WorkerExit | None = None  # once it ended (set even if `run` is cancelled)
         self._hung: str | None = None  # why the liveness watch killed it
+        # A worker group: the process is mlx.launch, its ranks share its process group, and
+        # rank 0's ready line says where each runs.
+        self.group = group
+        self.ranks: list[dict[str, Any]] = []
+        self._rank_exits: list[tuple[int, int | None]] = []  # (rank, code or -signal), as mlx.launch says
 
     def kill(self) -> None:
         """SIGKILL the process now, if it runs; never a pid that may have been reused."""
         process = self.process
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                process.kill()
+                self._kill(process)
+
+    def _kill(self, process: anyio.abc.Process) -> None:
+        if self.group is None:
+            process.kill()
+        else:
+            # mlx.launch and every rank on this machine: one process group (its own session).
+            # Ranks mlx.launch reached over ssh lose their connection with it.
+            os.killpg(process.pid, signal.SIGKILL)
 
     async def run(self, record: LaunchRecord, terminate: anyio.Event) -> WorkerExit:
         """Spawn it and serve until it exits; `terminate` asks it to end (drained, then signalled)."""
         spawned = time.monotonic()
-        standby = self._standby.take() if self._standby is not None else None
+        # A standby is one interpreter: a group is started whole by mlx.launch.
+        standby = self._standby.take() if self._standby is not None and self.group is None else None
         if standby is not None:
             process = standby.process
             logger.info("worker %s: takes the warm standby pid %d", self.id, process.pid)
         else:
             try:
+                command, env = worker_command(self.settings), None
+                if self.group is not None:
+                    command = launch_command(self.group, free_ports(self.group.ranks), command[1:])
+                    env = {**os.environ, HOST_PID: str(os.getpid())}
                 # A session of its own: signals meant for the parent's terminal (Ctrl-C) skip it.
-                process = await anyio.open_process(worker_command(self.settings), start_new_session=True)
+                process = await anyio.open_process(command, start_new_session=True, env=env)
             except (OSError, ValueError) as exc:  # no such file, not executable, EMFILE, bad command
                 why = f"cannot start the worker: {excerpt(exc, MESSAGE_CHARS)}"
                 self.exit = exit_of(None, None, time.monotonic() - spawned, False, why)
@@ -198,16 +224,26 @@ class WorkerProcess:
         finally:
             with anyio.CancelScope(shield=True):
                 if process.returncode is None:
-                    process.kill()
+                    self._kill(process)
                     await process.wait()
                 await process.aclose()
+            if self.group is not None:
+                # No rank outlives the group: whatever mlx.launch left running on this machine.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
             self.process = None
+            code, rank_reason = process.returncode, None
+            if self._rank_exits:
+                # mlx.launch exits 0 whatever its ranks did: the first rank to end says how.
+                rank, code = self._rank_exits[0]
+                how = "was killed" if code is None else f"exited with {_how(code)}"
+                rank_reason = f"rank {rank} {how}"
             self.exit = exit_of(
                 process.pid,
-                process.returncode,
+                code,
                 time.monotonic() - spawned,
                 start.ready.is_set() and start.refused is None,
-                exit_reason,
+                exit_reason or rank_reason,
                 stderr_tail,
                 hung=self._hung,
                 fallback=unsent,
@@ -225,23 +261,36 @@ class WorkerProcess:
         if process.returncode is None:
             logger.error("worker %s: pid %d is hung (%s); killing it", self.id, process.pid, why)
             self._hung = why
-            process.kill()
+            self._kill(process)
 
     async def _stop(self, process: anyio.abc.Process) -> None:
         await self._drain()
-        process.terminate()
+        if self.group is None:
+            process.terminate()
+        else:
+            # Rank 0 shuts down as a single worker does and closes the followers; mlx.launch
+            # itself would just die of a SIGTERM, leaving its ranks running.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if self.ranks:
+                    os.kill(self.ranks[0]["pid"], signal.SIGTERM)
+                else:
+                    self._kill(process)
         # The worker finishes what it still runs within its own shutdown_grace.
         with anyio.move_on_after(self.settings.shutdown_grace + self.settings.stop_timeout):
             await process.wait()
             return
         logger.warning("worker %s: did not stop after SIGTERM; killing it", self.id)
-        process.kill()
+        self._kill(process)
 
     def _stdout_line(self, start: _Start, log: logging.Logger, line: str) -> None:
         message = parse_line(line)
         if isinstance(message, ReadyLine):
             if not start.ready.is_set():
                 start.refused = refusal(message, self.socket_path)
+                if self.group is not None and start.refused is None:
+                    self.ranks = list(message.ranks)
+                    if len(self.ranks) != self.group.ranks:
+                        start.refused = f"its ready line names {len(self.ranks)} ranks, not {self.group.ranks}"
                 start.ready.set()
         elif isinstance(message, MemoryReading):
             self._on_memory(message)
@@ -255,7 +304,36 @@ class WorkerProcess:
 
     def _stderr_line(self, tail: collections.deque[str], log: logging.Logger, line: str) -> None:
         tail.append(excerpt(line, MESSAGE_CHARS))  # the last one may become an exit's reason
+        if self.group is not None and (ended := RANK_ENDED.search(line)):
+            code = ended.group("code")
+            self._rank_exits.append((int(ended.group("rank")), None if code is None else int(code)))
         log.info("%s", line)
+
+
+def _how(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports free on this machine now, for the ring backend."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            first = probe.getsockname()[1]
+        if first + count > 65536:
+            continue
+        held: list[socket.socket] = []
+        try:
+            for port in range(first, first + count):
+                held.append(socket.socket())
+                held[-1].bind(("", port))
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+        return first
+    raise OSError("no run of free ports for the group's ranks")
 
 
 async def _read(stream: anyio.abc.ByteReceiveStream, sink: Callable[[str], None], done: anyio.Event) -> None:

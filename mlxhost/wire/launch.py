@@ -67,6 +67,9 @@ class LaunchRecord:
     options: dict[str, Any] = field(default_factory=dict)
     version: int = PROTOCOL_VERSION
     adapter_path: str | None = None  # LoRA adapters loaded over the model
+    # A worker group's rank (MLX_RANK set by mlx.launch): how the model is split, "tensor" or
+    # "pipeline" (mlxhost.ranks); None: a single worker.
+    sharding: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
@@ -96,6 +99,8 @@ class LaunchRecord:
             raise BadLaunchRecord("malformed launch record: 'options' must be an object")
         if record.adapter_path is not None and (not isinstance(record.adapter_path, str) or not record.adapter_path):
             raise BadLaunchRecord("malformed launch record: 'adapter_path' must be a non-empty string or null")
+        if record.sharding not in (None, "tensor", "pipeline"):
+            raise BadLaunchRecord("malformed launch record: 'sharding' must be tensor, pipeline or null")
         return record
 
 
@@ -106,6 +111,8 @@ class ReadyLine:
     model_id: str
     version: int
     load_seconds: float
+    # A group's ranks, each {"rank", "host", "pid"}, every one loaded; empty for a single worker.
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
     def encode(self) -> str:
         return WORKER_READY + json.dumps(asdict(self))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib
 import logging
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 MEMORY_INTERVAL = 1.0
 PROGRESS_INTERVAL = 0.25
 PARENT_GONE = "parent gone (stdin closed)"
+HOST_PID = "MLXHOST_HOST_PID"  # set by the host for a worker group's processes (see ParentWatch)
+PID_POLL = 1.0  # seconds
 STDIN_FILENO = 0  # the pipe from the parent, even where sys.stdin was replaced (tests' wrappers)
 RSS_GRANULARITY = 1 << 20  # RSS wobbles by pages; report it when it moves by a MiB or more
 # What `mlx_lm.load` would still import on its own, for most models, once the serving stack is in.
@@ -88,8 +91,18 @@ def main() -> None:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    rank = int(os.environ.get("MLX_RANK", "0"))
+    if record.sharding is not None and rank != 0:
+        # A follower rank of a group: no socket, no reports; rank 0 speaks for the group.
+        from mlxhost.worker.engine import serve_follower
+        from mlxhost.worker.serve import engine_options
+
+        serve_follower(Path(record.model_path), engine_options(settings, sharding=record.sharding), lambda: None)
+        exit_now(0)
     watch = ParentWatch()
-    watch.start()  # before the model loads, which can take minutes
+    # mlx.launch, between a group's rank 0 and the host, never closes the ranks' stdin: rank 0
+    # watches the host's pid instead.
+    watch.start(int(os.environ[HOST_PID]) if record.sharding is not None and HOST_PID in os.environ else None)
     anyio.run(_run, record, settings, watch, backend="asyncio")
     exit_now(0)
 
@@ -123,8 +136,21 @@ class ParentWatch:
         self._lock = threading.Lock()  # readiness and the end of stdin: one or the other first
         self._on_gone: Callable[[], None] | None = None
 
-    def start(self) -> None:
-        threading.Thread(target=self._read_until_eof, name="mlxhost-parent-watch", daemon=True).start()
+    def start(self, host_pid: int | None = None) -> None:
+        """Watch stdin; or, given `host_pid`, that process (polled every PID_POLL seconds)."""
+        target = self._read_until_eof if host_pid is None else functools.partial(self._poll, host_pid)
+        threading.Thread(target=target, name="mlxhost-parent-watch", daemon=True).start()
+
+    def _poll(self, pid: int) -> None:
+        while True:
+            time.sleep(PID_POLL)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                pass  # alive, another user's: not the host that started this group, but alive
+        self._gone()
 
     def ready(self, announce: Callable[[], None], on_gone: Callable[[], None]) -> None:
         """Announce readiness, unless the parent has gone; from then on its going calls `on_gone`."""
@@ -137,6 +163,9 @@ class ParentWatch:
         # buffer's lock, and the interpreter aborts when it finds that lock taken at exit.
         while os.read(STDIN_FILENO, 4096):
             pass
+        self._gone()
+
+    def _gone(self) -> None:
         with self._lock:
             on_gone = self._on_gone
             if on_gone is None:
@@ -157,7 +186,9 @@ async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> 
             loop.call_soon_threadsafe(parent_gone.set)
 
     def on_ready(engine: Engine, listener: object) -> None:
-        ready = ReadyLine(os.getpid(), record.socket, record.model_id, record.version, engine.load_seconds)
+        ready = ReadyLine(
+            os.getpid(), record.socket, record.model_id, record.version, engine.load_seconds, engine.ranks
+        )
         watch.ready(lambda: print(ready.encode(), flush=True), on_parent_gone)
 
     async def background(engine: Engine) -> None:
@@ -177,6 +208,7 @@ async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> 
         on_ready,
         background,
         adapter_path=record.adapter_path,
+        sharding=record.sharding,
     )
     if shutdown.reason == PARENT_GONE:
         # Nobody is left to remove the parent's runtime directory; the last worker out does

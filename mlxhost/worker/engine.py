@@ -37,7 +37,7 @@ from mlx_lm.utils import sharded_load
 from mlxhost.worker.batching import Batching, EngineFailed, Outputs
 from mlxhost.worker.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.grammar import Grammars
-from mlxhost.worker.group import SEED, LeadingGenerator, Link, follow
+from mlxhost.worker.group import SEED, LeadingGenerator, Link, describe_ranks, follow
 from mlxhost.worker.prompt_cache import PromptCache, PromptCacheStatistics
 from mlxhost.worker.prompt_files import (
     cache_signature,
@@ -111,6 +111,7 @@ class Engine:
         self.load_seconds = 0.0
         self.vocab_size = 0
         self.max_token_chars: int | None = None  # see Tokenizer.max_token_chars
+        self.ranks: list[dict[str, Any]] = []  # a group's ranks (group.describe_ranks), once loaded
         self._tokenizer: Tokenizer | None = None
         self.grammars: Grammars  # compiles and caches output grammars; set at load
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -183,7 +184,7 @@ class Engine:
         began = time.perf_counter()
         options = self.options
         if options.sharding is not None:
-            model, loaded = load_shard(self.model_path, options.sharding)
+            model, loaded, self.ranks = load_shard(self.model_path, options.sharding)
         else:
             model, loaded = mlx_lm.load(str(self.model_path), adapter_path=options.adapter_path)[:2]
         tokenizer = self._tokenizer = Tokenizer(loaded)
@@ -402,8 +403,8 @@ def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOpti
     )
 
 
-def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any]:
-    """This rank's shard of the model, and the tokenizer, in MLX's distributed group."""
+def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """This rank's shard of the model, the tokenizer, and every rank (once all have loaded)."""
     group = mx.distributed.init(strict=True)
     if sharding == "tensor":
         model, tokenizer = sharded_load(str(model_path), tensor_group=group)
@@ -412,13 +413,13 @@ def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any]:
     else:
         raise ValueError(f"sharding must be 'tensor' or 'pipeline', not {sharding!r}")
     mx.random.seed(SEED)  # every rank samples alike (see group.py)
-    return model, tokenizer
+    return model, tokenizer, describe_ranks(group)
 
 
 def serve_follower(model_path: Path, options: EngineOptions, on_loaded: Callable[[], object]) -> None:
     """A follower rank of a group: load its shard, then make rank 0's calls until it closes."""
     assert options.sharding is not None
-    model, loaded = load_shard(model_path, options.sharding)
+    model, loaded, _ = load_shard(model_path, options.sharding)
     tokenizer = Tokenizer(loaded)
     logits = getattr(getattr(model, "args", None), "vocab_size", None)
     vocab_size = logits if isinstance(logits, int) else tokenizer.vocab_size

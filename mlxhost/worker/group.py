@@ -20,7 +20,9 @@ own shard), so a group runs without one.
 
 from __future__ import annotations
 
+import os
 import pickle
+import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ import numpy as np
 from mlxhost.worker.generation import GenerationRequest
 from mlxhost.worker.sampling import SamplerCache, processors_for
 
-__all__ = ["Insert", "LeadingGenerator", "Link", "follow", "insert_requests"]
+__all__ = ["Insert", "LeadingGenerator", "Link", "describe_ranks", "follow", "insert_requests"]
 
 # A message travels in one collective when it fits here with its length (a step's message is a
 # few bytes; an insert carries its prompts); a longer one takes a second collective for the rest.
@@ -75,6 +77,28 @@ class Link:
         total = mx.distributed.all_sum(array, group=self.group, stream=self.stream)
         mx.eval(total)
         return np.asarray(total).tobytes()
+
+
+HOST_BYTES = 64  # a rank's host name, as it reports it (cut to this)
+
+
+def describe_ranks(group: mx.distributed.Group) -> list[dict[str, Any]]:
+    """Every rank's number, host name and pid, as each says: a collective, so on every rank at once."""
+    size, rank = group.size(), group.rank()
+    rows = np.zeros((size, 8 + HOST_BYTES), dtype=np.uint8)
+    rows[rank, :8] = np.frombuffer(struct.pack("<q", os.getpid()), dtype=np.uint8)
+    host = socket.gethostname().encode()[:HOST_BYTES]
+    rows[rank, 8 : 8 + len(host)] = np.frombuffer(host, dtype=np.uint8)
+    total = mx.distributed.all_sum(mx.array(rows), group=group, stream=mx.cpu)
+    table = np.asarray(total)
+    return [
+        {
+            "rank": r,
+            "host": bytes(table[r, 8:]).rstrip(b"\0").decode(errors="replace"),
+            "pid": struct.unpack("<q", bytes(table[r, :8]))[0],
+        }
+        for r in range(size)
+    ]
 
 
 @dataclass(frozen=True)

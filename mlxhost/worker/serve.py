@@ -21,7 +21,7 @@ from mlxhost.worker.app import create_app
 from mlxhost.worker.engine import Engine, EngineOptions
 from mlxhost.worker.routes import Serving
 
-__all__ = ["serve_model"]
+__all__ = ["engine_options", "serve_model"]
 
 logger = logging.getLogger("mlxhost")
 
@@ -36,18 +36,9 @@ Background = Callable[[Engine], Coroutine[Any, Any, None]]
 PUBLISH_INTERVAL_MAX = 0.025
 
 
-async def serve_model(
-    settings: Settings,
-    model_path: Path,
-    model_id: str,
-    binds: list[str],
-    shutdown: Shutdown,
-    on_ready: Callable[[Engine, Listener], None],
-    background: Background | None = None,
-    adapter_path: str | None = None,
-) -> None:
-    """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
-    options = EngineOptions(
+def engine_options(settings: Settings, adapter_path: str | None = None, sharding: str | None = None) -> EngineOptions:
+    """The engine a worker runs for `settings` (every rank of a group builds the same one)."""
+    return EngineOptions(
         settings.max_batch,
         settings.prefill_batch,
         settings.prefill_step,
@@ -57,7 +48,23 @@ async def serve_model(
         state_dir=state_dir(settings),
         publish_interval=min(settings.stream_interval / 2, PUBLISH_INTERVAL_MAX),
         adapter_path=adapter_path,
+        sharding=sharding,
     )
+
+
+async def serve_model(
+    settings: Settings,
+    model_path: Path,
+    model_id: str,
+    binds: list[str],
+    shutdown: Shutdown,
+    on_ready: Callable[[Engine, Listener], None],
+    background: Background | None = None,
+    adapter_path: str | None = None,
+    sharding: str | None = None,
+) -> None:
+    """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
+    options = engine_options(settings, adapter_path, sharding)
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id)
         listener = Listener(binds, max_connections=settings.max_connections)

@@ -162,3 +162,16 @@ def test_streams_send_keepalive_comments_while_waiting(tiny_model: Path) -> None
         server.stop()
     assert ": keep-alive" in lines
     assert lines[-2:] == ["data: [DONE]", ""] or lines[-1] == "data: [DONE]"
+
+
+def test_a_model_that_cannot_be_split_that_way_is_refused_before_anything_starts(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    # The tiny model is llama, which mlx-lm splits by tensor but does not pipeline.
+    config = tmp_path / "group.toml"
+    config.write_text(
+        f'[[model]]\nid = "tiny"\npath = "{tiny_model}"\nranks = 2\nbackend = "ring"\nsharding = "pipeline"\n'
+    )
+    result = run_serve("--config", str(config))
+    assert result.returncode != 0
+    assert "model 'tiny': 'sharding' = \"pipeline\": mlx-lm cannot pipeline the 'llama' architecture" in result.stderr

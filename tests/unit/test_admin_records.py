@@ -42,6 +42,7 @@ from mlxhost.wire.admin import (
     ModelEvicted,
     ModelRecord,
     Outcome,
+    RankRecord,
     SessionClosed,
     SessionOpened,
     SessionProgressed,
@@ -195,7 +196,11 @@ def test_the_state_keeps_its_wire_shape() -> None:
     assert standby.to_json() == {"pid": 9, "state": "warming", "rss_bytes": 100}
     assert list(data["workers"][0]) == [
         "id", "model", "state", "pid", "socket", "restarts", "in_flight", "uptime_s", "ready_s", "last_exit", "memory",
+        "ranks",
     ]  # fmt: skip
+    assert data["workers"][0]["ranks"] == []  # one process; a group lists its ranks
+    rank = RankRecord(rank=1, host="mac-2", pid=42, rss_bytes=None)
+    assert RankRecord.from_json(rank.to_json()) == rank
     assert data["workers"][0]["memory"] == {"active_bytes": 1, "cache_bytes": 2, "peak_bytes": 3, "rss_bytes": 4}
     assert data["workers"][1]["memory"] is None and data["workers"][1]["last_exit"] is None
     assert data["models"][0]["aliases"] == ["small", "fast"]

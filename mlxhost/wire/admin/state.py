@@ -11,7 +11,7 @@ from mlxhost.wire.admin.record import JSON, Record, field_names, optional
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import MemoryReading
 
-__all__ = ["AdmissionRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "SessionRecord", "SessionsRecord", "StandbyRecord", "WorkerRecord"]
+__all__ = ["AdmissionRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "RankRecord", "SessionRecord", "SessionsRecord", "StandbyRecord", "WorkerRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,21 +69,34 @@ class WorkerRecord(Record):
     uptime_s: float | None  # since it became ready; None while it is not
     ready_s: float | None  # spawn to ready, last time
     last_exit: ExitRecord | None
-    memory: MemoryReading | None  # its latest reading
+    memory: MemoryReading | None  # its latest reading (rank 0's, for a group)
+    ranks: tuple[RankRecord, ...] = ()  # a worker group's ranks, once ready; empty for one process
 
     def _encode(self) -> JSON:
         data = super()._encode()
         data["last_exit"] = None if self.last_exit is None else self.last_exit.to_json()
         data["memory"] = None if self.memory is None else self.memory.__dict__.copy()
+        data["ranks"] = [rank.to_json() for rank in self.ranks]
         return data
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
         memory = data["memory"]
-        return super()._decode(data) | {
+        return super()._decode({"ranks": [], **data}) | {
             "last_exit": optional(ExitRecord, data["last_exit"]),
             "memory": None if memory is None else MemoryReading(**memory),
+            "ranks": tuple(RankRecord.from_json(rank) for rank in data.get("ranks", [])),
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankRecord(Record):
+    """One rank of a worker group: where it runs and, when on this machine, its memory."""
+
+    rank: int
+    host: str
+    pid: int
+    rss_bytes: int | None  # None: on another machine, or gone
 
 
 @dataclass(frozen=True, kw_only=True)
