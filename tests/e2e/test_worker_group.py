@@ -49,7 +49,10 @@ pytestmark = pytest.mark.slow  # two ranks take 10-20 s to start on 2 cores
 @pytest.fixture(scope="module")
 def group(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
     config = _group_config(tmp_path_factory.mktemp("group"), tiny_model)
-    with start_host("--config", str(config), timeout=180) as running:
+    # A stall in a collective (a rank stopped, a link down) is found by the stall timeout.
+    with start_host(
+        "--config", str(config), "--stall-timeout", "5", "--health-interval", "0.5", timeout=180
+    ) as running:
         yield running
 
 
@@ -144,6 +147,32 @@ def test_killing_rank_1_mid_stream_restarts_the_whole_group(
     assert "rank 1" in (worker["last_exit"]["reason"] or "") and worker["last_exit"]["signal"] == "SIGKILL"
     assert {r["pid"] for r in worker["ranks"]}.isdisjoint({r["pid"] for r in old})
     wait_until(lambda: not any(psutil.pid_exists(int(r["pid"])) for r in old), timeout=10)  # type: ignore[call-overload]
+    with group.client() as client:
+        assert _answer(client, PROMPTS[0]) == single_answers[0]
+
+
+def test_a_rank_stalled_in_a_collective_gets_the_group_restarted(
+    group: RunningHost, single_answers: list[str]
+) -> None:
+    old = _ranks(group)
+    stopped = int(old[1]["pid"])  # type: ignore[call-overload]
+    with (
+        group.http() as http,
+        http.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as r,
+    ):
+        lines = r.iter_lines()
+        for line in lines:
+            if '"content":"' in line:
+                break
+        os.kill(stopped, signal.SIGSTOP)  # rank 0 now waits in the next collective, forever
+        events = [line for line in lines if line.startswith("data: ")]
+    error = json.loads(events[-2][6:])["error"]
+    assert error["code"] == "worker_exited"
+    worker = wait_until(
+        lambda: (w := group.worker("tiny"))["state"] == "ready" and w["ranks"] and w, timeout=120
+    )
+    assert "stalled" in (worker["last_exit"]["reason"] or "")
+    wait_until(lambda: not psutil.pid_exists(stopped), timeout=10)  # the stopped rank too
     with group.client() as client:
         assert _answer(client, PROMPTS[0]) == single_answers[0]
 
