@@ -26,6 +26,7 @@ from mlxhost.wire.admin import (
     MemoryReading,
     ModelEvicted,
     Outcome,
+    RankRecord,
     SessionClosed,
     SessionOpened,
     SessionProgressed,
@@ -88,6 +89,7 @@ class WorkerRow:
     rss: int | None = None
     readings: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=MEMORY_READINGS))
     last_exit: ExitRecord | None = None
+    ranks: tuple[RankRecord, ...] = ()  # a worker group's ranks, as the last snapshot had them
 
     @classmethod
     def from_snapshot(cls, record: WorkerRecord, now: float) -> WorkerRow:
@@ -103,6 +105,7 @@ class WorkerRow:
         self.in_flight = record.in_flight
         self.ready_at = now - record.uptime_s if record.uptime_s is not None else None
         self.last_exit = record.last_exit
+        self.ranks = record.ranks
         if record.memory is not None and not self.readings:
             # Later readings come as events; a snapshot only starts the series.
             self.read_memory(record.memory)
@@ -115,11 +118,11 @@ class WorkerRow:
     def on_event(self, event: AdminEvent) -> None:
         match event:
             case WorkerSpawned(pid=pid):
-                self.state, self.pid, self.ready_at = "starting", pid, None
-            case WorkerReady(pid=pid):
-                self.state, self.pid, self.ready_at = "ready", pid, event_time(event)
+                self.state, self.pid, self.ready_at, self.ranks = "starting", pid, None, ()
+            case WorkerReady(pid=pid, ranks=ranks):
+                self.state, self.pid, self.ready_at, self.ranks = "ready", pid, event_time(event), ranks
             case WorkerExited(exit=exit):
-                self.state, self.ready_at, self.in_flight = "exited", None, 0
+                self.state, self.ready_at, self.in_flight, self.ranks = "exited", None, 0, ()
                 self.last_exit = exit
             case WorkerRestarting():
                 self.state = "restarting"

@@ -107,13 +107,21 @@ class _LiveCollector(Collector):
         memory = GaugeMetricFamily(
             "mlxhost_worker_memory_bytes", "The worker's latest memory reading", labels=["worker", "kind"]
         )
+        ranks = GaugeMetricFamily(
+            "mlxhost_worker_rank_rss_bytes",
+            "Resident memory of each rank of a worker group on this machine",
+            labels=["worker", "rank", "host"],
+        )
         for worker in state.workers:
             restarts.add_metric([worker.id], worker.restarts)
+            for rank in worker.ranks:
+                if rank.rss_bytes is not None:
+                    ranks.add_metric([worker.id, str(rank.rank), rank.host], rank.rss_bytes)
             for name in WorkerState:
                 worker_state.add_metric([worker.id, name.value], 1.0 if worker.state == name else 0.0)
             for kind, value in (worker.memory.__dict__ if worker.memory else {}).items():
                 memory.add_metric([worker.id, kind.removesuffix("_bytes")], value)
-        yield from (running, waiting, rejected, restarts, worker_state, memory)
+        yield from (running, waiting, rejected, restarts, worker_state, memory, ranks)
         yield from _standby(state)
         yield from _execution(state)
 

@@ -441,7 +441,8 @@ class Supervisor:
         self.ready_since = self.last_used = time.monotonic()  # idle from now: a slow load is no idleness
         self.client = WorkerClient(str(self.socket_path))
         logger.info("worker %s: ready (pid %d) in %.2fs", self.id, pid, seconds)
-        self.events.publish(WorkerReady(worker=self.id, pid=pid, ready_ms=int(seconds * 1000)))
+        ranks = self._ranks()
+        self.events.publish(WorkerReady(worker=self.id, pid=pid, ready_ms=int(seconds * 1000), ranks=ranks))
         self._set_state(WorkerState.READY)
 
     def _memory_read(self, reading: MemoryReading) -> None:

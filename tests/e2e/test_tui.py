@@ -27,10 +27,11 @@ from textual.pilot import Pilot
 import mlxhost_tui.parts
 from mlxhost.client.admin import Target
 from mlxhost.testing import RunningHost, start_host
-from mlxhost.wire.admin import StandbyRecord
+from mlxhost.wire.admin import RankRecord, StandbyRecord
 from mlxhost_tui.app import ConsoleApp, make_app
 from mlxhost_tui.screens import ConfirmScreen, HelpScreen
 from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
+from mlxhost_tui.widgets.workers_table import RANK_KEY
 from tests.unit import test_console_model as given  # the fixed state the snapshots draw
 
 CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "temperature": 0, "stream": True}
@@ -395,3 +396,25 @@ async def test_the_console_ignores_proxies_for_a_local_host(host: RunningHost, m
         workers = app.query_one(WorkersTable)
         await until(pilot, lambda: workers.row_count >= 1, "the worker is listed")
         assert app.main.status.connection == "connected"
+
+
+@pytest.mark.anyio
+async def test_a_worker_groups_ranks_show_under_their_model(fixed: Callable[[], ConsoleApp]) -> None:
+    ranks = (
+        RankRecord(rank=0, host="mac-1", pid=7001, rss_bytes=2 << 30),
+        RankRecord(rank=1, host="mac-2", pid=7002, rss_bytes=None),
+    )
+    worker = dataclasses.replace(given.STATE.workers[0], ranks=ranks)
+    state = dataclasses.replace(given.STATE, workers=(worker, *given.STATE.workers[1:]))
+    app = fixed()
+    async with app.run_test(size=SIZE) as pilot:
+        app.main.ingest(state, given.EVENTS)
+        await pilot.pause()
+        table = app.query_one(WorkersTable)
+        rows = {key: [cell.plain for cell in cells] for key, cells in table.rows_now().items()}
+        keys = list(rows)
+        at = keys.index(worker.id)
+        assert keys[at + 1 : at + 3] == [f"{worker.id}{RANK_KEY}0", f"{worker.id}{RANK_KEY}1"]
+        first, second = rows[keys[at + 1]], rows[keys[at + 2]]
+        assert "rank 0 @mac-1" in first[0] and first[2] == "7001" and first[5] == "2.0 GiB"
+        assert "rank 1 @mac-2" in second[0] and second[2] == "7002" and second[5] == "-"  # another machine

@@ -80,6 +80,9 @@ def test_health_shows_every_rank_under_its_model(group: RunningHost) -> None:
     for rank in ranks:
         assert psutil.pid_exists(int(rank["pid"]))  # type: ignore[call-overload]
         assert isinstance(rank["rss_bytes"], int) and rank["rss_bytes"] > 0
+    with group.http() as http:
+        metrics = http.get("/metrics").text
+    assert 'mlxhost_worker_rank_rss_bytes{host="' in metrics and 'rank="1"' in metrics
 
 
 def test_greedy_answers_are_the_single_workers(group: RunningHost, single_answers: list[str]) -> None:

@@ -34,6 +34,7 @@ def worker_data(name: str, pid: int, restarts: int, uptime: float, memory: int) 
         "restarts": restarts, "in_flight": 1, "uptime_s": uptime, "ready_s": 1.2,
         "last_exit": last_exit if restarts else None,
         "memory": {"active_bytes": memory, "cache_bytes": 0, "peak_bytes": memory, "rss_bytes": 3 * memory},
+        "ranks": [],
     }  # fmt: skip
 
 

@@ -1,19 +1,22 @@
-"""The workers: one row per model process, its state, restarts, uptime, memory and last exit; and
-one last row for the warm standby interpreters, with the memory they cost."""
+"""The workers: one row per model process, its state, restarts, uptime, memory and last exit, with
+a row under it for each rank of a worker group (host, pid, memory); and one last row for the warm
+standby interpreters, with the memory they cost."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
 from mlxhost.client.human import duration, size
+from mlxhost.wire.admin import RankRecord
 from mlxhost_tui.model import ConsoleModel
 from mlxhost_tui.parts import WorkerRow
 from mlxhost_tui.text import sparkline
 from mlxhost_tui.widgets.base import Cells, Clock, ModelTable, state_text
 
-__all__ = ["STANDBY_KEY", "WorkersTable"]
+__all__ = ["RANK_KEY", "STANDBY_KEY", "WorkersTable"]
 
 STANDBY_KEY = "\x00standby"  # no model id has a control character: the host strips them
+RANK_KEY = "\x00rank"  # after the worker's id
 
 
 class WorkersTable(ModelTable):
@@ -54,9 +57,24 @@ class WorkersTable(ModelTable):
                 Text(sparkline(worker.readings, self.TREND_WIDTH).ljust(self.TREND_WIDTH), "cyan"),
                 Text(worker.exit_text()),
             )
+            for rank in worker.ranks:
+                rows[f"{worker.id}{RANK_KEY}{rank.rank}"] = self._rank_row(rank)
         if self.model.standby:
             rows[STANDBY_KEY] = self._standby_row()
         return rows
+
+    def _rank_row(self, rank: RankRecord) -> Cells:
+        memory = size(rank.rss_bytes) if rank.rss_bytes is not None else "-"
+        return (
+            Text(f" └ rank {rank.rank} @{rank.host}", "dim"),
+            Text(""),
+            Text(str(rank.pid)),
+            Text(""),
+            Text(""),
+            Text(memory, justify="right"),
+            Text(" " * self.TREND_WIDTH),
+            Text(""),
+        )
 
     def _standby_row(self) -> Cells:
         standby = self.model.standby

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from mlxhost.wire.admin.record import JSON, Record, field_names
-from mlxhost.wire.admin.state import ExitRecord, Outcome
+from mlxhost.wire.admin.state import ExitRecord, Outcome, RankRecord
 from mlxhost.wire.launch import MemoryReading
 
 __all__ = ["AdminEvent", "AdmissionRejected", "END_HOST_STOPPING", "END_LAGGED", "EVENT_TYPES", "ExecutionChanged", "HostStarted", "HostStopping", "JobFinished", "JobProgressed", "JobQueued", "JobStarted", "ModelEvicted", "SessionClosed", "SessionOpened", "SessionProgressed", "StreamLagged", "StreamReset", "UnknownEvent", "WorkerExhausted", "WorkerExited", "WorkerMemory", "WorkerReady", "WorkerRestarting", "WorkerSpawned", "parse_event"]
@@ -81,6 +81,15 @@ class WorkerReady(AdminEvent):
     worker: str
     pid: int
     ready_ms: int  # spawn to ready
+    ranks: tuple[RankRecord, ...] = ()  # a worker group's ranks, every one loaded
+
+    def _encode(self) -> JSON:
+        return super()._encode() | {"ranks": [rank.to_json() for rank in self.ranks]}
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        ranks = tuple(RankRecord.from_json(rank) for rank in data.get("ranks", []))
+        return super()._decode({**data, "ranks": []}) | {"ranks": ranks}
 
 
 @dataclass(frozen=True, kw_only=True)
