@@ -23,6 +23,7 @@ from bench.chart import chart_title, write_chart
 from bench.closed_loop import closed_loop_figures, measure_closed_loop, print_closed_loop
 from bench.event_latency import event_latency_summary
 from bench.figures import json_safe, progress, ratio
+from bench.group import measure_group, print_group
 from bench.hub import HUB_EVENTS, hub_throughput
 from bench.jobs import jobs_figures, measure_jobs, print_jobs
 from bench.lagging import events_summary
@@ -148,7 +149,7 @@ def _jobs_only(plan: Plan, info: dict[str, Any], prompt: str) -> int:
 
 
 def _part_only(plan: Plan, info: dict[str, Any], raw: RawMLX, prompt: str) -> int:
-    """--agent-only, --closed-loop-only or --recovery-only: that part alone, and its report."""
+    """--agent-only, --closed-loop-only, --recovery-only or --group-only: that part alone, and its report."""
     figures: dict[str, Any]
     if plan.only == "agent":
         agent = anyio.run(measure_agent, plan, raw)
@@ -160,6 +161,11 @@ def _part_only(plan: Plan, info: dict[str, Any], raw: RawMLX, prompt: str) -> in
         print_header(plan, info)
         print_closed_loop(closed_loop)
         figures = closed_loop_figures(closed_loop) | {"targets": part_targets(closed_loop=closed_loop)}
+    elif plan.only == "group":
+        group = anyio.run(measure_group, plan, prompt)
+        print_header(plan, info)
+        print_group(group)
+        figures = {"group": group}
     else:
         runs = anyio.run(measure_recovery, plan, prompt)
         startup = {"raw_load_s": raw.load_s, "in_process_load_s": None, "worker_import_s": worker_import_s()}

@@ -21,8 +21,9 @@ DEFAULT_MAX_TOKENS = {"tiny": 256, "bench": 64}
 QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
 DEFAULT_SIZE = "tiny"
 AGENT_SIZE = "bench"  # the agent scenario's default model: prefill costs what it costs on a real one
-# The parts a run can measure alone: --jobs-only, --agent-only, --closed-loop-only, --recovery-only.
-ONLY = ("jobs", "agent", "closed_loop", "recovery")
+# The parts a run can measure alone: --jobs-only, --agent-only, --closed-loop-only, --recovery-only,
+# --group-only.
+ONLY = ("jobs", "agent", "closed_loop", "recovery", "group")
 # TTFT: single-stream requests after the throughput runs, the paths taking turns (bench.ttft).
 TTFT_REQUESTS = {"full": 20, "quick": 10}
 # mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
@@ -162,6 +163,14 @@ def parser() -> argparse.ArgumentParser:
         dest="only",
         help="measure only recovery: kill -9 of the isolated server's worker to the next 200 "
         "(bench.recovery)",
+    )
+    only.add_argument(
+        "--group-only",
+        action="store_const",
+        const="group",
+        dest="only",
+        help="measure only a worker group: the model split across two ranks (mlx.launch, ring, "
+        "loopback) against one worker, at 1 and 8 streams (bench.group)",
     )
     parser.add_argument("--json", type=Path, help="also write every figure and ratio to this file")
     parser.add_argument(
