@@ -42,6 +42,7 @@ from mlxhost.ranks import GroupSpec, launch_command
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import (
     EXIT_BAD_LAUNCH,
+    EXIT_GROUP_BROKEN,
     LaunchRecord,
     MemoryReading,
     ReadyLine,
@@ -234,8 +235,10 @@ class WorkerProcess:
             self.process = None
             code, rank_reason = process.returncode, None
             if self._rank_exits:
-                # mlx.launch exits 0 whatever its ranks did: the first rank to end says how.
-                rank, code = self._rank_exits[0]
+                # mlx.launch exits 0 whatever its ranks did: the first rank to end says how (not
+                # rank 0 leaving because another had gone, whichever mlx.launch saw first).
+                causes = [e for e in self._rank_exits if e[1] != EXIT_GROUP_BROKEN] or self._rank_exits
+                rank, code = causes[0]
                 how = "was killed" if code is None else f"exited with {_how(code)}"
                 rank_reason = f"rank {rank} {how}"
             self.exit = exit_of(

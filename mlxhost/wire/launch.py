@@ -30,6 +30,7 @@ from typing import Any
 __all__ = [
     "WORKER_EVENT",
     "EXIT_BAD_LAUNCH",
+    "EXIT_GROUP_BROKEN",
     "PAUSE_LEASE_PATH",
     "PROTOCOL_VERSION",
     "WORKER_READY",
@@ -51,6 +52,9 @@ WORKER_READY = "MLXHOST-READY "
 WORKER_EVENT = "MLXHOST-EVENT "
 WORKER_STANDBY = "MLXHOST-STANDBY "
 EXIT_BAD_LAUNCH = 2
+# A worker group's rank 0 whose collectives failed (a rank died or its link broke): it exits at
+# once, and the host tells the group's clients and log which rank ended first, and how.
+EXIT_GROUP_BROKEN = 3
 
 
 class BadLaunchRecord(Exception):

@@ -31,7 +31,9 @@ from typing import Any
 
 import mlx.core as mx
 
+from mlxhost.runtime.shutdown import exit_now
 from mlxhost.wire.chunks import Delta, TokenLogprob
+from mlxhost.wire.launch import EXIT_GROUP_BROKEN
 from mlxhost.worker.generation import GenerationSession
 from mlxhost.worker.group import Insert, LeadingGenerator, insert_requests
 from mlxhost.worker.prompt_cache import PromptCache
@@ -146,6 +148,11 @@ class Batching:
                         continue
                     self._step(generator)
                 except Exception as exc:
+                    if isinstance(generator, LeadingGenerator):
+                        # A group's collective failed: another rank is gone or cut off, and the
+                        # host, which sees every rank end, tells the clients which and how.
+                        logger.error("the worker group broke: %s; exiting", exc)
+                        exit_now(EXIT_GROUP_BROKEN)
                     # After an error inside MLX its state can no longer be trusted (a later
                     # step may fail on arrays left half-built), so the engine ends here: the
                     # worker process exits and its supervisor starts a clean one.

@@ -119,9 +119,7 @@ class Engine:
         self._idle.set()
         self._finished = anyio.Event()
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
-        # A group has no prompt cache yet (see group.py): each rank would need the same entries.
-        entries = 0 if options.sharding is not None else options.prompt_cache_entries
-        self._prompt_cache = PromptCache(entries, options.prompt_cache_bytes)
+        self._prompt_cache = prompt_cache_of(options)
         self._batching = Batching(self._prompt_cache, options.publish_interval, self._hand_over)
         self._batching.on_quiet = self._report_quiet
         self._quiet = anyio.Event()  # set once the thread is quiet for the current closing of the gate
@@ -208,12 +206,14 @@ class Engine:
                 disk.close()  # the queued writes finish first
 
     def _open_disk_tier(self, model: object) -> PromptStore | None:
-        if self.options.sharding is not None:
-            return None  # a group has no prompt cache (see group.py)
         # A cache of this model after one token: its layer classes, shapes and dtypes.
         probe = make_prompt_cache(model)  # type: ignore[arg-type]
         plain = (KVCache, QuantizedKVCache, ConcatenateKVCache)
         self._batching.snapshots = any(not isinstance(layer, plain) for layer in probe)
+        if self.options.sharding is not None:
+            # A group keeps its prompt cache in memory only: each rank's files would hold its
+            # own shard, and a rank's loader thread would take entries in when it pleased.
+            return None
         options = self.options
         if not (self._prompt_cache.enabled and options.prompt_cache_disk_bytes > 0 and options.state_dir):
             return None
@@ -425,4 +425,11 @@ def serve_follower(model_path: Path, options: EngineOptions, on_loaded: Callable
     vocab_size = logits if isinstance(logits, int) else tokenizer.vocab_size
     generator = make_generator(model, tokenizer.decoder.eos_token_ids, options)
     on_loaded()
-    follow(generator, Link(mx.distributed.init(), generator.stream), vocab_size)
+    follow(generator, Link(mx.distributed.init(), generator.stream), vocab_size, prompt_cache_of(options))
+
+
+def prompt_cache_of(options: EngineOptions) -> PromptCache:
+    """The memory tier an engine keeps; every rank of a group keeps the same (see group.py)."""
+    # A pipelined group keeps none: its ranks' shards of an entry differ in size (group.py).
+    entries = 0 if options.sharding == "pipeline" else options.prompt_cache_entries
+    return PromptCache(entries, options.prompt_cache_bytes)

@@ -14,8 +14,9 @@ rank picks the same token and feeds it back. The messages travel through MLX's o
 the group (`Link`): nothing home-made for transport, and they queue behind the model's own
 collectives in the one stream that orders them.
 
-Not mirrored yet: the prompt cache (each rank would have to keep and take the same entries of its
-own shard), so a group runs without one.
+The prompt cache follows rank 0's the same way (`follow`): each rank keeps its own shard of the
+same entries. A pipelined group has none: its ranks hold different layers, so the same entries
+take different bytes on each and the byte bound would evict differently.
 """
 
 from __future__ import annotations
@@ -32,9 +33,18 @@ import mlx.core as mx
 import numpy as np
 
 from mlxhost.worker.generation import GenerationRequest
+from mlxhost.worker.prompt_cache import PromptCache
 from mlxhost.worker.sampling import SamplerCache, processors_for
 
-__all__ = ["Insert", "LeadingGenerator", "Link", "describe_ranks", "follow", "insert_requests"]
+__all__ = [
+    "GroupDiverged",
+    "Insert",
+    "LeadingGenerator",
+    "Link",
+    "describe_ranks",
+    "follow",
+    "insert_requests",
+]
 
 # A message travels in one collective when it fits here with its length (a step's message is a
 # few bytes; an insert carries its prompts); a longer one takes a second collective for the rest.
@@ -127,6 +137,10 @@ def insert_requests(
     )
 
 
+class GroupDiverged(RuntimeError):
+    """A follower's batch or prompt cache no longer matches rank 0's: the group must restart."""
+
+
 class LeadingGenerator:
     """Rank 0's BatchGenerator: each call that changes the batch goes to the followers first."""
 
@@ -137,17 +151,16 @@ class LeadingGenerator:
     def insert_requests(
         self, samplers: SamplerCache, insert: Insert, caches: list[Any] | None, vocab_size: int
     ) -> list[int]:
-        if caches is not None and any(c is not None for c in caches):
-            raise ValueError("a group has no prompt cache to start rows from")
         self._link.send(pickle.dumps(("insert", insert)))
-        return insert_requests(self._generator, samplers, insert, None, vocab_size)
+        return insert_requests(self._generator, samplers, insert, caches, vocab_size)
 
     def remove(self, uids: list[int], return_prompt_caches: bool = False) -> Any:
-        self._link.send(pickle.dumps(("remove", list(uids))))
+        self._link.send(pickle.dumps(("remove", (list(uids), return_prompt_caches))))
         return self._generator.remove(uids, return_prompt_caches=return_prompt_caches)
 
     def extract_cache(self, uids: list[int]) -> Any:
-        raise ValueError("a group keeps no prompt-cache snapshots")
+        self._link.send(pickle.dumps(("extract", list(uids))))
+        return self._generator.extract_cache(uids)
 
     def next(self) -> Any:
         self._link.send(pickle.dumps(("next", None)))
@@ -160,22 +173,72 @@ class LeadingGenerator:
             self._generator.close()
 
 
-def follow(generator: Any, link: Link, vocab_size: int, on_step: Callable[[], object] = lambda: None) -> None:
+@dataclass
+class _Row:
+    request: GenerationRequest
+    cached: int  # prompt tokens its cache started with
+
+
+def follow(
+    generator: Any,
+    link: Link,
+    vocab_size: int,
+    prompt_cache: PromptCache,
+    on_step: Callable[[], object] = lambda: None,
+) -> None:
     """A follower's loop: make rank 0's calls on `generator` until rank 0 closes it.
+
+    The prompt cache follows too. A rank's cache holds its own shard of each entry, but which
+    entries it holds, and which one a prompt starts from, must be rank 0's: so every call that
+    takes or keeps an entry on rank 0 (batching.py) is made here with the same tokens, in the
+    same order, under the same bounds. Each take is checked against rank 0's: a follower that
+    starts a row from another entry would pair the wrong KV with rank 0's, and `GroupDiverged`
+    ends the group instead.
 
     The messages are pickles, read only from rank 0 of the same group: processes this host
     started with `mlx.launch`, never a client.
     """
     samplers = SamplerCache()
+    rows: dict[int, _Row] = {}
+
+    def keep(uid: int, tokens: list[int], cache: Any) -> None:
+        row = rows.get(uid)
+        if row is not None and row.request.keep_cache and len(tokens) > row.cached:
+            prompt_cache.keep(list(tokens), cache, row.request.cache_namespace)
+
     try:
         while True:
             kind, argument = pickle.loads(link.receive())  # noqa: S301 - see the docstring
             if kind == "insert":
-                insert_requests(generator, samplers, argument, None, vocab_size)
+                insert: Insert = argument
+                caches = []
+                for request, rest in zip(insert.requests, insert.prompts, strict=True):
+                    cache, mine = prompt_cache.take(request.prompt, request.cache_namespace)
+                    if len(mine) != len(rest):
+                        raise GroupDiverged(
+                            f"rank 0 prefills {len(rest)} tokens of a prompt, this rank {len(mine)}"
+                        )
+                    caches.append(cache)
+                uids = insert_requests(generator, samplers, insert, caches, vocab_size)
+                for uid, request, rest in zip(uids, insert.requests, insert.prompts, strict=True):
+                    rows[uid] = _Row(request, len(request.prompt) - len(rest))
             elif kind == "remove":
-                generator.remove(argument)
+                uids, return_caches = argument
+                removed = generator.remove(uids, return_prompt_caches=return_caches)
+                for uid in uids:
+                    if return_caches and uid in removed:
+                        keep(uid, *reversed(removed[uid]))
+                    rows.pop(uid, None)
+            elif kind == "extract":
+                for uid, (cache, tokens) in generator.extract_cache(argument).items():
+                    keep(uid, tokens, cache)
             elif kind == "next":
-                generator.next()
+                _, responses = generator.next()
+                for response in responses:
+                    if response.finish_reason is not None:
+                        if response.prompt_cache is not None:
+                            keep(response.uid, response.all_tokens, response.prompt_cache)
+                        rows.pop(response.uid, None)
                 on_step()
             elif kind == "close":
                 return

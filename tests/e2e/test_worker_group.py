@@ -109,6 +109,29 @@ def test_eight_concurrent_streams(group: RunningHost, single_answers: list[str])
     assert group.engine("tiny")["largest_batch"] >= 2
 
 
+def _turns(client: openai.OpenAI) -> tuple[str, int]:
+    """An agent's second turn, re-sending the first: its answer and how much of it was cached."""
+    first = [{"role": "user", "content": "Remember the number seven and the sea."}]
+    reply = _answer(client, first[0]["content"])
+    second = [*first, {"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
+    answer = client.chat.completions.create(model="tiny", messages=second, max_tokens=24, temperature=0)  # type: ignore[arg-type]
+    details = answer.usage.prompt_tokens_details if answer.usage else None
+    return answer.choices[0].message.content or "", (details.cached_tokens or 0) if details else 0
+
+
+def test_the_next_turn_starts_from_the_prompt_cache_on_every_rank(
+    group: RunningHost, server: RunningHost
+) -> None:
+    # Every rank keeps its own shard of the same entries: were rank 1's not rank 0's, the second
+    # turn would start from KV that does not match, and its answer would not be the single worker's.
+    with group.client() as client:
+        answer, cached = _turns(client)
+    with server.client() as client:
+        expected, _ = _turns(client)
+    assert cached > 0
+    assert answer == expected
+
+
 def test_a_client_that_leaves_stops_its_sequence_on_every_rank(
     group: RunningHost, single_answers: list[str]
 ) -> None:
