@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import psutil
@@ -67,6 +68,27 @@ def _answer(client: openai.OpenAI, prompt: str) -> str:
         model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=24, temperature=0
     )
     return reply.choices[0].message.content or ""
+
+
+def _signal_rank_mid_stream(host: RunningHost, pid: int, sig: int) -> dict[str, str]:
+    """Signal a rank once a long stream has text; the error that ends the stream, cleanly."""
+    with host.http() as http, http.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if '"content":"' in line:
+                break
+        os.kill(pid, sig)
+        events = [line for line in lines if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    error: dict[str, str] = json.loads(events[-2][6:])["error"]
+    return error
+
+
+def _ready_again(host: RunningHost) -> dict[str, Any]:
+    ready: dict[str, Any] = wait_until(
+        lambda: (w := host.worker("tiny"))["state"] == "ready" and w["ranks"] and w, timeout=120
+    )
+    return ready
 
 
 def _ranks(host: RunningHost) -> list[dict[str, object]]:
@@ -153,22 +175,9 @@ def test_killing_rank_1_mid_stream_restarts_the_whole_group(
     group: RunningHost, single_answers: list[str]
 ) -> None:
     old = _ranks(group)
-    with (
-        group.http() as http,
-        http.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as r,
-    ):
-        lines = r.iter_lines()
-        for line in lines:
-            if '"content":"' in line:
-                break
-        os.kill(int(old[1]["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
-        events = [line for line in lines if line.startswith("data: ")]
-    assert events[-1] == "data: [DONE]"
-    error = json.loads(events[-2][6:])["error"]
+    error = _signal_rank_mid_stream(group, int(old[1]["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
     assert error["code"] == "worker_exited"
-    worker = wait_until(
-        lambda: (w := group.worker("tiny"))["state"] == "ready" and w["ranks"] and w, timeout=120
-    )
+    worker = _ready_again(group)
     assert worker["restarts"] >= 1
     assert "rank 1" in (worker["last_exit"]["reason"] or "") and worker["last_exit"]["signal"] == "SIGKILL"
     assert {r["pid"] for r in worker["ranks"]}.isdisjoint({r["pid"] for r in old})
@@ -182,21 +191,10 @@ def test_a_rank_stalled_in_a_collective_gets_the_group_restarted(
 ) -> None:
     old = _ranks(group)
     stopped = int(old[1]["pid"])  # type: ignore[call-overload]
-    with (
-        group.http() as http,
-        http.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as r,
-    ):
-        lines = r.iter_lines()
-        for line in lines:
-            if '"content":"' in line:
-                break
-        os.kill(stopped, signal.SIGSTOP)  # rank 0 now waits in the next collective, forever
-        events = [line for line in lines if line.startswith("data: ")]
-    error = json.loads(events[-2][6:])["error"]
+    # Rank 0 then waits in the next collective, forever.
+    error = _signal_rank_mid_stream(group, stopped, signal.SIGSTOP)
     assert error["code"] == "worker_exited"
-    worker = wait_until(
-        lambda: (w := group.worker("tiny"))["state"] == "ready" and w["ranks"] and w, timeout=120
-    )
+    worker = _ready_again(group)
     assert "stalled" in (worker["last_exit"]["reason"] or "")
     wait_until(lambda: not psutil.pid_exists(stopped), timeout=10)  # the stopped rank too
     with group.client() as client:
