@@ -23,6 +23,12 @@ def sliding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model(tmp_path_factory.mktemp("models") / "sliding", size="sliding")
 
 
+@pytest.fixture(scope="session")
+def pipelined_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model as Qwen 2 in four layers: mlx-lm can split it across ranks by layers."""
+    return make_model(tmp_path_factory.mktemp("models") / "pipelined", size="pipelined")
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
     socket = tmp_path_factory.mktemp("sock") / "mlxhost.sock"

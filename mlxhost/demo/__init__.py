@@ -31,7 +31,7 @@ from mlxhost.demo.tokenizer import (
     tokenizer_documents,
     write_tokenizer,
 )
-from mlxhost.demo.weights import SIZES, ModelSize, model_size, parameter_count, write_weights
+from mlxhost.demo.weights import SIZES, ModelSize, model_size, parameter_count, weight_shapes, write_weights
 
 __all__ = [
     "BOS_TOKEN",
@@ -179,12 +179,20 @@ def _write_model(directory: Path, spec: ModelSize, seed: int, marker: dict[str, 
             rope_local_base_freq=10000.0,
             rms_norm_eps=1e-6,
         )
+    if spec.architecture == "qwen2":
+        for key in ("attention_bias", "mlp_bias"):
+            del config[key]
+        config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2")
     _write_json(directory / "config.json", config)
     _write_json(
         directory / "generation_config.json",
         {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad},
     )
     write_weights(directory / _WEIGHTS_FILE, spec, seed)
+    if spec.architecture == "qwen2":
+        # mlx-lm's pipelined load picks each stage's weight files from the index.
+        names = [name for name, _ in weight_shapes(spec)]
+        _write_json(directory / "model.safetensors.index.json", {"weight_map": dict.fromkeys(names, _WEIGHTS_FILE)})
     write_tokenizer(directory / "tokenizer.json", spec)
     for name, document in tokenizer_documents(spec).items():
         _write_json(directory / name, document)

@@ -2,7 +2,8 @@
 
 Most sizes are Llama layouts; "sliding" is a Gemma 3 layout whose sliding-window layers get
 mlx-lm's RotatingKVCache, a cache that cannot be trimmed once the window is full (the prompt
-cache's other path).
+cache's other path); "pipelined" is a Qwen 2 layout, which mlx-lm can split across ranks by
+layers (pipeline) as well as by tensor.
 
 numpy and safetensors are imported only when weights are written.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["SIZES", "ModelSize", "model_size", "parameter_count", "write_weights"]
+__all__ = ["SIZES", "ModelSize", "model_size", "parameter_count", "weight_shapes", "write_weights"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class ModelSize:
     tie_word_embeddings: bool
     dtype: str
     max_position_embeddings: int = 4096
-    architecture: str = "llama"  # or "gemma3_text"
+    architecture: str = "llama"  # or "gemma3_text", "qwen2"
     sliding_window: int = 0  # gemma3_text: tokens its sliding layers see (every other layer)
 
 
@@ -72,6 +73,19 @@ SIZES: Final[dict[str, ModelSize]] = {
         architecture="gemma3_text",
         sliding_window=16,
     ),
+    # The tiny model's sizes and tokenizer, as Qwen 2 (biased q, k, v projections), in four
+    # layers: what a pipelined worker group splits two and two.
+    "pipelined": ModelSize(
+        vocab_size=1024,
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        tie_word_embeddings=False,
+        dtype="float32",
+        architecture="qwen2",
+    ),
 }
 
 
@@ -85,6 +99,8 @@ def parameter_count(size: str) -> int:
     norms = 2 * spec.hidden_size
     if spec.architecture == "gemma3_text":
         norms = 4 * spec.hidden_size + 2 * head_dim
+    if spec.architecture == "qwen2":
+        attention += (q + 2 * kv) // spec.hidden_size  # the q, k and v biases
     embeddings = spec.vocab_size * spec.hidden_size
     heads = 0 if spec.tie_word_embeddings else embeddings
     layers = spec.num_hidden_layers * (attention + mlp + norms)
@@ -98,7 +114,7 @@ def model_size(size: str) -> ModelSize:
         raise ValueError(f"unknown size {size!r}, expected one of {sorted(SIZES)}") from None
 
 
-def _weight_shapes(spec: ModelSize) -> list[tuple[str, tuple[int, ...]]]:
+def weight_shapes(spec: ModelSize) -> list[tuple[str, tuple[int, ...]]]:
     # Hugging Face Llama names and layouts, which mlx_lm.models.llama loads
     # as is (Linear weights are [out_features, in_features]).
     h, i = spec.hidden_size, spec.intermediate_size
@@ -113,6 +129,7 @@ def _weight_shapes(spec: ModelSize) -> list[tuple[str, tuple[int, ...]]]:
             (f"{p}.self_attn.k_proj.weight", (kv, h)),
             (f"{p}.self_attn.v_proj.weight", (kv, h)),
             (f"{p}.self_attn.o_proj.weight", (h, q)),
+            *_qwen_biases(spec, p, q, kv),
             (f"{p}.post_attention_layernorm.weight", (h,)),
             *_gemma_norms(spec, p, head_dim),
             (f"{p}.mlp.gate_proj.weight", (i, h)),
@@ -123,6 +140,16 @@ def _weight_shapes(spec: ModelSize) -> list[tuple[str, tuple[int, ...]]]:
     if not spec.tie_word_embeddings:
         shapes.append(("lm_head.weight", (spec.vocab_size, h)))
     return shapes
+
+
+def _qwen_biases(spec: ModelSize, prefix: str, q: int, kv: int) -> list[tuple[str, tuple[int, ...]]]:
+    if spec.architecture != "qwen2":
+        return []
+    return [
+        (f"{prefix}.self_attn.q_proj.bias", (q,)),
+        (f"{prefix}.self_attn.k_proj.bias", (kv,)),
+        (f"{prefix}.self_attn.v_proj.bias", (kv,)),
+    ]
 
 
 def _gemma_norms(spec: ModelSize, prefix: str, head_dim: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -147,8 +174,10 @@ def write_weights(path: Path, spec: ModelSize, seed: int) -> None:
     # on (spec, seed). Norms start as a freshly initialised model's: a scale of one (Gemma
     # stores the scale less one).
     norm = np.zeros if spec.architecture == "gemma3_text" else np.ones
-    for name, shape in _weight_shapes(spec):
-        if len(shape) == 1:
+    for name, shape in weight_shapes(spec):
+        if name.endswith(".bias"):
+            tensors[name] = np.zeros(shape, dtype=dtype)
+        elif len(shape) == 1:
             tensors[name] = norm(shape, dtype=dtype)
         else:
             values = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)

@@ -38,9 +38,11 @@ LONG = {
 }
 
 
-def _group_config(tmp: Path, model: Path) -> Path:
+def _group_config(tmp: Path, model: Path, sharding: str = "tensor") -> Path:
     config = tmp / "group.toml"
-    config.write_text(f'[[model]]\nid = "tiny"\npath = "{model}"\nranks = 2\nbackend = "ring"\n')
+    config.write_text(
+        f'[[model]]\nid = "tiny"\npath = "{model}"\nranks = 2\nbackend = "ring"\nsharding = "{sharding}"\n'
+    )
     return config
 
 
@@ -199,6 +201,22 @@ def test_a_rank_stalled_in_a_collective_gets_the_group_restarted(
     wait_until(lambda: not psutil.pid_exists(stopped), timeout=10)  # the stopped rank too
     with group.client() as client:
         assert _answer(client, PROMPTS[0]) == single_answers[0]
+
+
+def test_a_pipelined_group_answers_as_one_worker(pipelined_model: Path, tmp_path: Path) -> None:
+    # Two layers on each rank, the activations passed from one to the other every step.
+    with (
+        start_host("--model", str(pipelined_model), "--model-id", "tiny") as single,
+        single.client() as client,
+    ):
+        expected = [_answer(client, prompt) for prompt in PROMPTS[:4]]
+    config = _group_config(tmp_path, pipelined_model, sharding="pipeline")
+    with start_host("--config", str(config), timeout=180) as group, group.client() as client:
+        assert [_answer(client, prompt) for prompt in PROMPTS[:4]] == expected
+        # Its ranks hold different layers: no prompt cache to keep alike (see group.py).
+        _, cached = _turns(client)
+        assert cached == 0
+        assert len(_ranks(group)) == 2
 
 
 def test_sigterm_of_the_host_leaves_no_rank(group: RunningHost) -> None:
