@@ -65,9 +65,9 @@ def single_answers(server: RunningHost) -> list[str]:
         return [_answer(client, prompt) for prompt in PROMPTS]
 
 
-def _answer(client: openai.OpenAI, prompt: str) -> str:
+def _answer(client: openai.OpenAI, prompt: str, model: str = "tiny") -> str:
     reply = client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=24, temperature=0
+        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=24, temperature=0
     )
     return reply.choices[0].message.content or ""
 
@@ -204,19 +204,20 @@ def test_a_rank_stalled_in_a_collective_gets_the_group_restarted(
 
 
 def test_a_pipelined_group_answers_as_one_worker(pipelined_model: Path, tmp_path: Path) -> None:
-    # Two layers on each rank, the activations passed from one to the other every step.
-    with (
-        start_host("--model", str(pipelined_model), "--model-id", "tiny") as single,
-        single.client() as client,
-    ):
-        expected = [_answer(client, prompt) for prompt in PROMPTS[:4]]
+    # Two layers on each rank, the activations passed from one to the other every step. One host
+    # serves the model twice: split across two ranks ("tiny"), and whole in one worker ("one").
     config = _group_config(tmp_path, pipelined_model, sharding="pipeline")
-    with start_host("--config", str(config), timeout=180) as group, group.client() as client:
+    config.write_text(
+        config.read_text()
+        + f'preload = true\n\n[[model]]\nid = "one"\npath = "{pipelined_model}"\npreload = true\n'
+    )
+    with start_host("--config", str(config), timeout=180) as host, host.client() as client:
+        expected = [_answer(client, prompt, model="one") for prompt in PROMPTS[:4]]
         assert [_answer(client, prompt) for prompt in PROMPTS[:4]] == expected
         # Its ranks hold different layers: no prompt cache to keep alike (see group.py).
         _, cached = _turns(client)
         assert cached == 0
-        assert len(_ranks(group)) == 2
+        assert len(_ranks(host)) == 2
 
 
 def test_sigterm_of_the_host_leaves_no_rank(group: RunningHost) -> None:
