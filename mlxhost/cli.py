@@ -120,12 +120,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _serve(settings: Settings) -> None:
-    import anyio
-
     from mlxhost.errors import StartupError
+    from mlxhost.runtime import eventloop
 
     try:
-        anyio.run(serve, settings, backend="asyncio")
+        eventloop.run(serve, settings)
         if settings.in_process:  # this process loaded MLX: see exit_now
             from mlxhost.runtime.shutdown import exit_now
 

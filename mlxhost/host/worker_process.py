@@ -43,6 +43,7 @@ from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import (
     EXIT_BAD_LAUNCH,
     EXIT_GROUP_BROKEN,
+    HOST_PID,
     LaunchRecord,
     MemoryReading,
     ReadyLine,
@@ -57,7 +58,6 @@ __all__ = ["STDERR_KEPT", "WorkerProcess", "exit_of"]
 logger = logging.getLogger("mlxhost.supervisor")
 
 STDERR_KEPT = 20
-HOST_PID = "MLXHOST_HOST_PID"  # the worker's name for it (mlxhost/worker/__main__.py)
 # What mlx.launch says on stderr as each rank of a group ends other than cleanly.
 RANK_ENDED = re.compile(r"Node with rank (?P<rank>\d+) (?:exited with code (?P<code>-?\d+)|was killed)")
 
@@ -160,6 +160,7 @@ class WorkerProcess:
             process = standby.process
             logger.info("worker %s: takes the warm standby pid %d", self.id, process.pid)
         else:
+            command: list[str] = []
             try:
                 command, env = worker_command(self.settings), None
                 if self.group is not None:
@@ -168,6 +169,9 @@ class WorkerProcess:
                 # A session of its own: signals meant for the parent's terminal (Ctrl-C) skip it.
                 process = await anyio.open_process(command, start_new_session=True, env=env)
             except (OSError, ValueError) as exc:  # no such file, not executable, EMFILE, bad command
+                if isinstance(exc, OSError) and exc.errno and exc.filename is None and command:
+                    # uvloop's spawn error does not say which file it could not run; asyncio's does.
+                    exc = OSError(exc.errno, exc.strerror, command[0])
                 why = f"cannot start the worker: {excerpt(exc, MESSAGE_CHARS)}"
                 self.exit = exit_of(None, None, time.monotonic() - spawned, False, why)
                 return self.exit

@@ -31,6 +31,7 @@ __all__ = [
     "WORKER_EVENT",
     "EXIT_BAD_LAUNCH",
     "EXIT_GROUP_BROKEN",
+    "HOST_PID",
     "PAUSE_LEASE_PATH",
     "PROTOCOL_VERSION",
     "WORKER_READY",
@@ -55,6 +56,9 @@ EXIT_BAD_LAUNCH = 2
 # A worker group's rank 0 whose collectives failed (a rank died or its link broke): it exits at
 # once, and the host tells the group's clients and log which rank ended first, and how.
 EXIT_GROUP_BROKEN = 3
+# The host's pid, in the environment of a worker group's processes: mlx.launch, between rank 0
+# and the host, never closes the ranks' stdin, so rank 0 watches this pid instead.
+HOST_PID = "MLXHOST_HOST_PID"
 
 
 class BadLaunchRecord(Exception):
