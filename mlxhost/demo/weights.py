@@ -10,7 +10,7 @@ numpy and safetensors are imported only when weights are written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,20 +32,22 @@ class ModelSize:
     sliding_window: int = 0  # gemma3_text: tokens its sliding layers see (every other layer)
 
 
+# Small enough to build and load in well under a second. Untied like the bench size: with tied
+# embeddings a random model's greedy output just repeats the last prompt token, which makes a dull
+# demo.
+TINY: Final = ModelSize(
+    vocab_size=1024,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    tie_word_embeddings=False,
+    dtype="float32",
+)
+
 SIZES: Final[dict[str, ModelSize]] = {
-    # Small enough to build and load in well under a second. Untied like the
-    # bench size: with tied embeddings a random model's greedy output just
-    # repeats the last prompt token, which makes a dull demo.
-    "tiny": ModelSize(
-        vocab_size=1024,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        tie_word_embeddings=False,
-        dtype="float32",
-    ),
+    "tiny": TINY,
     # Big enough that generation speed is dominated by the matmuls rather
     # than by per-token overhead. float32 because mlx's CPU backend runs
     # float16 about three times slower.
@@ -61,31 +63,10 @@ SIZES: Final[dict[str, ModelSize]] = {
     ),
     # The tiny model's sizes and tokenizer, as Gemma 3: every other layer sees only the last
     # 16 tokens, so a chat's prompt fills the window and the cache can no longer be trimmed.
-    "sliding": ModelSize(
-        vocab_size=1024,
-        hidden_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        tie_word_embeddings=False,
-        dtype="float32",
-        architecture="gemma3_text",
-        sliding_window=16,
-    ),
+    "sliding": replace(TINY, num_hidden_layers=4, architecture="gemma3_text", sliding_window=16),
     # The tiny model's sizes and tokenizer, as Qwen 2 (biased q, k, v projections), in four
     # layers: what a pipelined worker group splits two and two.
-    "pipelined": ModelSize(
-        vocab_size=1024,
-        hidden_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        tie_word_embeddings=False,
-        dtype="float32",
-        architecture="qwen2",
-    ),
+    "pipelined": replace(TINY, num_hidden_layers=4, architecture="qwen2"),
 }
 
 
