@@ -21,8 +21,11 @@ WAIT = 120  # seconds: a fresh interpreter imports MLX, mlx-lm and transformers,
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend() -> tuple[str, dict[str, bool]]:
+    # The loop the host runs its supervisors on (mlxhost.runtime.eventloop). On the standard
+    # loop, CPython 3.11's pipe transport can report a worker's stdin lost twice when the parent
+    # closes it as the worker exits, and the second report raises InvalidStateError in a callback.
+    return ("asyncio", {"use_uvloop": True})
 
 
 def gone(pid: int) -> bool:
