@@ -7,6 +7,7 @@ when present in the working directory), `MLXHOST_*` environment variables, comma
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -16,10 +17,20 @@ from typing import Any
 
 from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec
 
-__all__ = ["ConfigError", "ModelSpec", "Settings", "binds", "load_settings", "settings_from_options"]
+__all__ = [
+    "ConfigError",
+    "ModelSpec",
+    "Settings",
+    "binds",
+    "is_pattern",
+    "load_settings",
+    "settings_from_options",
+]
 
 ENV_PREFIX = "MLXHOST_"
 DEFAULT_CONFIG_FILE = Path("config/mlxhost.toml")
+# A model's aliases may be patterns: '*' matches any run of characters, '?' any one.
+WILDCARDS = "*?"
 
 
 class ConfigError(Exception):
@@ -97,6 +108,27 @@ def _boolean(value: object) -> bool:
     raise ValueError
 
 
+def _model_id(value: object) -> str | None:
+    """a model name without * or ? (empty for none)"""
+    name = _optional_text(value)
+    if name is not None and is_pattern(name):
+        raise _Invalid("an exact model name: a model's id cannot hold * or ? (patterns go in its aliases)")
+    return name
+
+
+def _aliases(value: object) -> tuple[str, ...]:
+    """a name or pattern (* and ?), a comma-separated list of them, or a list of them"""
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        value = ",".join(value)  # a repeated flag may carry commas as the environment does
+    aliases = _names(value)
+    for alias in aliases:
+        if (problem := _alias_problem(alias)) is not None:
+            raise _Invalid(problem)
+    if len(set(aliases)) < len(aliases):
+        raise _Invalid("each name or pattern once")
+    return aliases
+
+
 def _log_level(value: object) -> str:
     """one of debug, info, warning, error"""
     if not isinstance(value, str) or value.lower() not in {"debug", "info", "warning", "error"}:
@@ -110,9 +142,30 @@ def _option(default: Any, parse: Callable[[object], Any], help: str, repeat: boo
     )
 
 
+def is_pattern(name: str) -> bool:
+    return any(c in WILDCARDS for c in name)
+
+
+def _alias_problem(alias: str) -> str | None:
+    """Why `alias` cannot be a model's alias; None when it can."""
+    if not is_pattern(alias):
+        return None  # an exact name: anything a request may send, as before
+    if any(c.isspace() or not c.isprintable() for c in alias):
+        return f"a pattern without spaces or control characters, not {alias!r}"
+    if "[" in alias or "]" in alias:
+        # fnmatch would read [...] as a character class; model names carry brackets literally
+        # (Claude Code's "[1m]"), so the two meanings would be easy to confuse: neither is taken.
+        return f"a pattern whose only wildcards are * and ?, not {alias!r} ([ and ] are not allowed in one)"
+    return None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """One servable model: where it is, what it is called, and its own limits."""
+    """One servable model: where it is, what it is called, and its own limits.
+
+    `aliases` are as configured: exact names, and patterns (with * or ?) that requests' unknown
+    names are matched against. `names` are the exact ones only: the id first.
+    """
 
     id: str
     path: str  # a model directory, or a Hugging Face repo id already in the local cache
@@ -128,7 +181,16 @@ class ModelSpec:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return (self.id, *self.aliases)
+        return (self.id, *(a for a in self.aliases if not is_pattern(a)))
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        return tuple(a for a in self.aliases if is_pattern(a))
+
+    def matches(self, name: str) -> bool:
+        """Whether one of this model's patterns matches `name` (case-sensitive, as exact names)."""
+        # '[' is escaped: a pattern's wildcards are * and ? only, whoever built the spec.
+        return any(fnmatch.fnmatchcase(name, p.replace("[", "[[]")) for p in self.patterns)
 
 
 _MODEL_KEYS = {
@@ -145,14 +207,38 @@ def _model_specs(value: object) -> tuple[ModelSpec, ...]:
         items = list(value)
     else:
         raise ValueError
-    specs = [_model_spec(item) for item in items]
+    specs = tuple(_model_spec(item) for item in items)
+    _check_names(specs)
+    return specs
+
+
+def _check_names(specs: tuple[ModelSpec, ...]) -> None:
+    """Every exact name once, every pattern once, and no pattern hidden by an earlier model's."""
     seen: set[str] = set()
     for spec in specs:
         for name in spec.names:
             if name in seen:
                 raise _Invalid(f"the model name '{name}' is used twice")
             seen.add(name)
-    return tuple(specs)
+    patterns = [(pattern, spec.id) for spec in specs for pattern in spec.patterns]  # in order
+    for at, (pattern, model) in enumerate(patterns):
+        for first, owner in patterns[:at]:
+            if pattern == first:
+                raise _Invalid(f"the pattern '{pattern}' is used twice")
+            if owner != model and _covers(first, pattern):
+                raise _Invalid(
+                    f"the pattern '{pattern}' (model '{model}') would never match: the pattern "
+                    f"'{first}' of model '{owner}', earlier, takes every name it would (the first "
+                    f"model's pattern wins): narrow '{first}' (e.g. 'claude-sonnet-*' beside "
+                    "'claude-haiku-*'), or list this model first"
+                )
+
+
+def _covers(wide: str, narrow: str) -> bool:
+    """Whether every name `narrow` matches, `wide` matches too, in the case that is easy to be
+    sure of and easy to write by mistake: `wide` is a plain prefix and a '*' ("claude-*", "*")."""
+    head = wide.rstrip("*")
+    return not is_pattern(head) and narrow.startswith(head)
 
 
 def _model_spec(item: object) -> ModelSpec:
@@ -163,6 +249,8 @@ def _model_spec(item: object) -> ModelSpec:
             model_id = Path(path).name if Path(path).expanduser().is_dir() else path
         if not model_id or not path:
             raise _Invalid(f"'{item}' is not PATH or ID=PATH")
+        if is_pattern(model_id):
+            raise _Invalid(f"an exact model id in '{item}': ids cannot hold * or ? (patterns go in aliases)")
         return ModelSpec(model_id, path)
     if not isinstance(item, dict):
         raise ValueError
@@ -176,8 +264,16 @@ def _model_spec(item: object) -> ModelSpec:
     aliases = item.get("aliases", [])
     if not isinstance(model_id, str) or not model_id:
         raise _Invalid("a model 'id' must be a non-empty string")
+    if is_pattern(model_id):
+        raise _Invalid(
+            f"a model 'id' is an exact name, listed by /v1/models: '{model_id}' holds * or ?; "
+            "put patterns in 'aliases'"
+        )
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
-        raise _Invalid("'aliases' must be a list of names")
+        raise _Invalid("'aliases' must be a list of names or patterns (* and ?)")
+    for alias in aliases:
+        if (problem := _alias_problem(alias)) is not None:
+            raise _Invalid(f"model '{model_id}': each of 'aliases' must be {problem}")
     preload = item.get("preload")
     if preload is not None and not isinstance(preload, bool):
         raise _Invalid("'preload' must be true or false")
@@ -223,7 +319,14 @@ class Settings:
         "ID=PATH; repeat for several (default: the built-in demo model)",
         repeat=True,
     )
-    model_id: str | None = _option(None, _optional_text, "name the API reports for a single --model")
+    model_id: str | None = _option(None, _model_id, "name the API reports for a single --model")
+    model_aliases: tuple[str, ...] = _option(
+        (),
+        _aliases,
+        "other names a single --model (or the demo model) answers to: exact names, or patterns "
+        "with * and ? such as 'claude-*'; repeat for several",
+        repeat=True,
+    )
     in_process: bool = _option(False, _boolean, "serve the model in this process (no worker; for debugging)")
     strict_models: bool = _option(
         False, _boolean, "404 for an unknown model name (default: use the default model)"
@@ -399,6 +502,7 @@ def load_settings(
     env = os.environ if env is None else env
     cli = {k: v for k, v in (cli or {}).items() if v is not None}
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}  # where each value came from, for errors between options
 
     path = config_file or (Path(env[f"{ENV_PREFIX}CONFIG"]) if f"{ENV_PREFIX}CONFIG" in env else None)
     if path is None and DEFAULT_CONFIG_FILE.is_file():
@@ -406,22 +510,43 @@ def load_settings(
     if path is not None:
         for name, raw in _read_file(path).items():
             values[name] = _parse(name, raw, str(path))
+            sources[name] = str(path)
 
     for name in Settings.option_names():
         key = ENV_PREFIX + name.upper()
         if key in env:
             values[name] = _parse(name, env[key], key)
+            sources[name] = key
 
     for name, raw in cli.items():
         values[name] = _parse(name, raw, "--" + name.replace("_", "-"))
+        sources[name] = "--" + name.replace("_", "-")
 
     settings = Settings(**values)
     if settings.no_tcp and settings.unix is None:
         raise ConfigError("option 'no_tcp' needs option 'unix': nothing would be served")
-    if settings.model_id is not None and len(settings.model) == 1:
-        settings = dataclasses.replace(
-            settings, model=(dataclasses.replace(settings.model[0], id=settings.model_id),)
+    if settings.model_aliases and len(settings.model) > 1:
+        raise ConfigError(
+            f"option 'model_aliases' (from {sources['model_aliases']}) names aliases for a single "
+            f"model, and option 'model' gives {len(settings.model)}: put each model's aliases "
+            "in its [[model]] table"
         )
+    if len(settings.model) == 1 and (settings.model_id is not None or settings.model_aliases):
+        spec = settings.model[0]
+        spec = dataclasses.replace(
+            spec,
+            id=settings.model_id or spec.id,
+            aliases=(*spec.aliases, *(a for a in settings.model_aliases if a not in spec.aliases)),
+        )
+        try:
+            _check_names((spec,))
+        except _Invalid as exc:
+            name = "model_aliases" if settings.model_aliases else "model_id"
+            raise ConfigError(
+                f"invalid value for option '{name}' (from {sources[name]}): "
+                f"{getattr(settings, name)!r}; {exc}"
+            ) from None
+        settings = dataclasses.replace(settings, model=(spec,))
     return settings
 
 

@@ -1,7 +1,10 @@
 """The model pool: which models are configured, which are resident, and which to load or unload.
 
-A request names a model (id or alias); a missing name means the default (first) model, and an
-unknown one the default as well, or 404 with `strict_models`. A model that is not resident is
+A request names a model: its id or an exact alias first, then the aliases that are patterns
+(`claude-*`), tried in configuration order, so the first model whose pattern matches takes the
+name; a missing name means the default (first) model, and an unknown one the default as well, or
+404 with `strict_models`. Patterns only route: /v1/models and every other list of names give the
+exact ones. A model that is not resident is
 started on demand, one cold start at a time. Residency is bounded by `max_resident` and by
 `memory_budget`, counted from the workers' own memory readings (the weights' size until the
 first reading). To make room, the least recently used idle worker is drained and stopped; a
@@ -112,25 +115,30 @@ class ModelPool:
     def resolve(self, name: object) -> ModelSpec:
         if not isinstance(name, str) or not name:
             return self.default
-        spec = self._names.get(name)
+        spec = self._names.get(name) or next((s for s in self.specs if s.matches(name)), None)
         if spec is not None:
             return spec
         if self.settings.strict_models:
+            patterns = [p for s in self.specs for p in s.patterns]
             raise UnknownModel(
                 f"the model '{excerpt(name)}' does not exist; this host serves "
                 + ", ".join(repr(s.id) for s in self.specs)
+                + (f", and names matching {', '.join(repr(p) for p in patterns)}" if patterns else "")
             )
         return self.default
 
     def resolve_exact(self, name: str) -> ModelSpec | None:
-        """The model called `name` (id or alias), never the default in its place."""
+        """The model called `name` (id or exact alias), never a pattern's or the default in its place."""
         return self._names.get(name)
 
     def path_of(self, model_id: str) -> Path:
         return self._paths[model_id]
 
     def register(self, spec: ModelSpec, path: Path, origin: Mapping[str, str]) -> None:
-        """Serve one more model from now on (a job's output); its name must be new."""
+        """Serve one more model from now on (a job's output); its exact names must be new.
+
+        A pattern never blocks it: a name that a pattern took until now goes to the new model.
+        """
         if any(name in self._names for name in spec.names):
             raise ValueError(f"the model name '{spec.id}' is taken")
         self.specs = (*self.specs, spec)
@@ -215,7 +223,7 @@ class ModelPool:
         return [
             ModelRecord(
                 id=spec.id,
-                aliases=tuple(spec.aliases),
+                aliases=spec.names[1:],  # exact names: a pattern names no model
                 path=str(self._paths[spec.id]),
                 resident=spec.id in self._resident,
                 default=spec is self.default,
