@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="serve a model over the OpenAI-compatible API",
-        description="Serve a model. With no --model, serves a small built-in demo model.",
+        description="Serve a model. With no --model, serves a built-in demo model (--demo says which).",
     )
     serve.add_argument("--config", type=Path, help="TOML file of options (see config/mlxhost.toml)")
     for field in fields(Settings):

@@ -18,6 +18,7 @@ from typing import Any
 from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec
 
 __all__ = [
+    "DEMOS",
     "ConfigError",
     "ModelSpec",
     "Settings",
@@ -29,6 +30,8 @@ __all__ = [
 
 ENV_PREFIX = "MLXHOST_"
 DEFAULT_CONFIG_FILE = Path("config/mlxhost.toml")
+# The built-in demo models `serve` may build when no model is given (sizes in mlxhost.demo).
+DEMOS = ("tiny", "agent")
 # A model's aliases may be patterns: '*' matches any run of characters, '?' any one.
 WILDCARDS = "*?"
 
@@ -127,6 +130,15 @@ def _aliases(value: object) -> tuple[str, ...]:
     if len(set(aliases)) < len(aliases):
         raise _Invalid("each name or pattern once")
     return aliases
+
+
+def _demo(value: object) -> str:
+    if not isinstance(value, str) or value.lower() not in DEMOS:
+        raise ValueError
+    return value.lower()
+
+
+_demo.__doc__ = f"one of {', '.join(DEMOS)}"
 
 
 def _log_level(value: object) -> str:
@@ -327,6 +339,12 @@ class Settings:
         "with * and ? such as 'claude-*'; repeat for several",
         repeat=True,
     )
+    demo: str = _option(
+        "tiny",
+        _demo,
+        "the built-in demo model served when no model is given: tiny, or agent (a 64k context "
+        "and a better tokenizer, for coding agents); naming it beside a model is an error",
+    )
     in_process: bool = _option(False, _boolean, "serve the model in this process (no worker; for debugging)")
     strict_models: bool = _option(
         False, _boolean, "404 for an unknown model name (default: use the default model)"
@@ -525,6 +543,13 @@ def load_settings(
     settings = Settings(**values)
     if settings.no_tcp and settings.unix is None:
         raise ConfigError("option 'no_tcp' needs option 'unix': nothing would be served")
+    if "demo" in values and settings.model:
+        # The demo is what is served when no model is: both named is a mistake, not a precedence.
+        raise ConfigError(
+            f"option 'demo' (from {sources['demo']}) and option 'model' (from {sources['model']}) "
+            "both say what to serve: 'demo' picks the built-in model served when no model is "
+            "given; drop one of them"
+        )
     if settings.model_aliases and len(settings.model) > 1:
         raise ConfigError(
             f"option 'model_aliases' (from {sources['model_aliases']}) names aliases for a single "

@@ -37,6 +37,7 @@ def test_env_can_name_the_config_file(tmp_path: Path) -> None:
         ("port = -1\n", "invalid value for option 'port'"),
         ('port = "x"\n', "expected an integer >= 0 and <= 65535"),
         ("colour = 1\n", "unknown option 'colour'"),
+        ('demo = "huge"\n', "invalid value for option 'demo'.*'huge'; expected one of tiny, agent"),
         ('model_aliases = ["gpt-[45]*"]\n', r"option 'model_aliases'.*only wildcards are \* and \?"),
         ("port = \n", "not valid TOML"),
     ],
