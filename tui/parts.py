@@ -209,7 +209,9 @@ class SessionRow:
         if outcome is None:
             return ""
         if outcome.kind == "completed":
-            return outcome.finish_reason or ""
+            # The names are in the event log's line for the session's end: a cell has no room.
+            skipped = f" ({len(outcome.ignored)} skipped)" if outcome.ignored else ""
+            return (outcome.finish_reason or "") + skipped
         if outcome.kind == "cancelled":
             return outcome.reason or ""
         code, message = outcome.code or "", outcome.message or ""

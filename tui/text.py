@@ -71,7 +71,8 @@ def describe(event: AdminEvent) -> str:
             detail = outcome.finish_reason or outcome.reason or outcome.code or ""
             if outcome.message:
                 detail = f"{detail}: {outcome.message}"
-            return f"{session} {outcome.kind} ({detail}), {tokens} tokens in {duration(age_ms / 1000)}"
+            line = f"{session} {outcome.kind} ({detail}), {tokens} tokens in {duration(age_ms / 1000)}"
+            return f"{line}; skipped {', '.join(outcome.ignored)}" if outcome.ignored else line
         case AdmissionRejected(session=session, model=model, active=active, queued=queued):
             return f"{session or 'a request'} rejected by {model}: {active} running, {queued} waiting"
         case JobQueued(job=job, kind=kind, model=model):

@@ -30,6 +30,7 @@ from mlxhost.host.worker_status import WorkerState
 from mlxhost.runtime.body import read_body
 from mlxhost.runtime.guard import front_door
 from mlxhost.runtime.responses import EXCEPTION_HANDLERS
+from mlxhost.wire.admin.state import client_entries
 from mlxhost.wire.errors import NotFound, ServiceUnavailable
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
@@ -110,6 +111,7 @@ async def generate(request: Request) -> Any:
         headers=dict(request.headers),
         request_timeout=state.settings.request_timeout,
         idle_timeout=state.settings.idle_timeout,
+        client_metadata=routing.client(),
     )
 
 
@@ -149,11 +151,24 @@ def _small_body(request: Request) -> bool:
 
 
 class _Routing(BaseModel):
-    """The fields routing needs; the worker validates the body in full."""
+    """The fields routing needs, and what the client says of itself for the session's record;
+    the worker validates the body in full."""
 
     model_config = ConfigDict(extra="ignore")
     model: Any = None
     stream: Any = None
+    user: Any = None  # Chat Completions, Responses
+    metadata: Any = None  # Anthropic's {"user_id"}; OpenAI's string pairs
+    client_metadata: Any = None  # Codex's
+
+    def client(self) -> dict[str, str] | None:
+        pairs: dict[str, Any] = {}
+        if isinstance(self.user, str):
+            pairs["user"] = self.user
+        for given in (self.metadata, self.client_metadata):
+            if isinstance(given, dict):
+                pairs.update((k, v) for k, v in given.items() if isinstance(v, (str, int, float, bool)))
+        return client_entries(pairs) or None
 
 
 _NO_ROUTING = _Routing()

@@ -48,6 +48,7 @@ from mlxhost.wire.errors import (
     TimedOut,
     WorkerFailed,
 )
+from mlxhost.wire.fields import IGNORED_HEADER
 from mlxhost.wire.headers import SESSION_HEADER
 from mlxhost.wire.reading import ErrorReport, StreamReader, read_whole
 
@@ -92,8 +93,10 @@ class SessionResponse:
         headers: dict[str, str],
         request_timeout: float,
         idle_timeout: float,
+        client_metadata: dict[str, str] | None = None,
     ) -> None:
         self.pool = pool
+        self.client_metadata = client_metadata
         self.admission = admission
         self.coordinator = coordinator
         self.sessions = sessions
@@ -109,7 +112,7 @@ class SessionResponse:
         self._holder: tuple[Supervisor, int] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        session = self.sessions.open(self.spec.id, self.stream)
+        session = self.sessions.open(self.spec.id, self.stream, self.client_metadata)
         client = _Client(send, session, self.idle_timeout, self.dialect)
         outcome: Outcome | None = None
         try:
@@ -166,6 +169,8 @@ class SessionResponse:
             return await client.error(await _worker_failed(supervisor, pid))
         if not upstream.is_success:
             self._holder = None  # refused before generating: it holds no sequence
+        ignored = next((v for k, v in upstream.headers if k.lower() == IGNORED_HEADER), "")
+        session.ignored = tuple(name for name in ignored.split(", ") if name)
         try:
             session.advance(SessionState.RUNNING)
             if not self.stream or not upstream.is_success:

@@ -75,6 +75,8 @@ class Session:
     prompt_tokens: int = 0
     status: int | None = None  # the HTTP status the client got
     first_token_at: float | None = None  # monotonic, streams only
+    client: dict[str, str] | None = None  # what its client said of itself (state.client_entries)
+    ignored: tuple[str, ...] = ()  # the request's fields the worker skipped, as it named them
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     worker_done: anyio.Event = field(default_factory=anyio.Event)  # its worker dropped the sequence
 
@@ -102,6 +104,7 @@ class Session:
             tokens=self.tokens,
             tokens_per_s=self.tokens_per_s,
             outcome=self.outcome,
+            client=self.client,
         )
 
 
@@ -118,13 +121,13 @@ class SessionRegistry:
         self._empty = anyio.Event()
         self._empty.set()
 
-    def open(self, model: str, stream: bool) -> Session:
-        session = Session(model, stream)
+    def open(self, model: str, stream: bool, client: dict[str, str] | None = None) -> Session:
+        session = Session(model, stream, client=client)
         self._live[session.id] = session
         self.opened += 1
         if self._empty.is_set():
             self._empty = anyio.Event()
-        self.events.publish(SessionOpened(session=session.id, model=model, stream=stream))
+        self.events.publish(SessionOpened(session=session.id, model=model, stream=stream, client=client))
         return session
 
     def progress(self, report: SessionProgress) -> None:
@@ -150,6 +153,7 @@ class SessionRegistry:
             logger.error("session %s closed twice (%s, then %s)", session.id, session.outcome, outcome)
             return
         session.state = SessionState.CLOSED
+        outcome = outcome.with_ignored(session.ignored)
         session.outcome = outcome
         session.closed_at = time.time()
         session.closed_clock = time.monotonic()

@@ -5,9 +5,11 @@ the OpenAI bodies in openai.py: a field mlxhost does not implement is refused by
 
 Content blocks and tools that Anthropic has but mlxhost cannot serve (images, documents, its
 server tools) still parse, as `UnsupportedBlock` and `ServerTool`, so that the worker can refuse
-them by name and position ("messages[0].content[1]: image blocks are not supported") instead of
-pydantic listing every block type the one at fault is not. `cache_control` is accepted wherever
-Anthropic takes it, and ignored: mlxhost's prompt cache needs no breakpoints.
+a block by name and position ("messages[0].content[1]: image blocks are not supported") and skip
+a server tool by name, instead of pydantic listing every type the one at hand is not. Fields the
+models lack but the SDK defines (`cache_control`: mlxhost's prompt cache needs no breakpoints;
+`service_tier`, `speed`, `inference_geo`: there is one local model) are skipped and named
+(fields.py).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from mlxhost.wire.openai import MAX_MESSAGES, MAX_TOOLS, JSONSchema, StopString, register_schema
+from mlxhost.wire.openai import MAX_MESSAGES, MAX_TOOLS, JSONSchema, MaxTokens, StopString, register_schema
 
 __all__ = [
+    "ClearThinking",
+    "ClearToolUses",
+    "ContextManagement",
     "CountTokensRequest",
     "CustomTool",
     "MessagesRequest",
@@ -28,7 +33,9 @@ __all__ = [
     "ThinkingBlock",
     "ToolResultBlock",
     "ToolUseBlock",
+    "ToolUses",
     "UnsupportedBlock",
+    "UnsupportedEdit",
 ]
 
 # Anthropic sets no small limit; each stop string is searched for at every token.
@@ -42,15 +49,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class CacheControl(_Strict):
-    type: Literal["ephemeral"]
-    ttl: Literal["5m", "1h"] | None = None
-
-
 class TextBlock(_Strict):
     type: Literal["text"]
     text: str
-    cache_control: CacheControl | None = None
 
 
 class UnsupportedBlock(BaseModel):
@@ -65,7 +66,6 @@ class ToolUseBlock(_Strict):
     id: ToolUseId
     name: Annotated[str, Field(min_length=1, max_length=256)]
     input: dict[str, Any]
-    cache_control: CacheControl | None = None
 
 
 def _tool_result_part(value: Any) -> str:
@@ -83,7 +83,6 @@ class ToolResultBlock(_Strict):
     tool_use_id: ToolUseId
     content: str | Annotated[list[ToolResultPart], Field(max_length=MAX_MESSAGES)] | None = None
     is_error: bool | None = None
-    cache_control: CacheControl | None = None
 
 
 class ThinkingBlock(_Strict):
@@ -128,7 +127,8 @@ ContentBlock = Annotated[
 
 
 class InputMessage(_Strict):
-    role: Literal["user", "assistant"]
+    # A `system` turn mid-conversation (the mid-conversation-system beta, as Claude Code sends it).
+    role: Literal["user", "assistant", "system"]
     content: str | Annotated[list[ContentBlock], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)]
 
 
@@ -137,7 +137,6 @@ class CustomTool(_Strict):
     name: ToolName
     description: str | None = None
     input_schema: JSONSchema
-    cache_control: CacheControl | None = None
 
 
 class ServerTool(BaseModel):
@@ -200,7 +199,68 @@ Thinking = Annotated[ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive, Fiel
 
 
 class Metadata(_Strict):
-    user_id: Annotated[str, Field(max_length=256)] | None = None
+    user_id: Annotated[str, Field(max_length=512)] | None = None  # kept in the session's record
+
+
+class ThinkingTurns(_Strict):
+    type: Literal["thinking_turns"]
+    value: Annotated[int, Field(ge=0)]
+
+
+class ClearThinking(_Strict):
+    """Drop the thinking of all but the last `keep` assistant turns before the prompt renders."""
+
+    type: Literal["clear_thinking_20251015"]
+    keep: Literal["all"] | ThinkingTurns | None = None  # None: Anthropic's default, the last turn's
+
+
+class InputTokens(_Strict):
+    type: Literal["input_tokens"]
+    value: Annotated[int, Field(ge=0)]
+
+
+class ToolUses(_Strict):
+    type: Literal["tool_uses"]
+    value: Annotated[int, Field(ge=0)]
+
+
+class ClearToolUses(_Strict):
+    """Once the prompt passes `trigger`, replace all but the last `keep` tool results with a note."""
+
+    type: Literal["clear_tool_uses_20250919"]
+    trigger: Annotated[InputTokens | ToolUses, Field(discriminator="type")] | None = None
+    keep: ToolUses | None = None
+    clear_at_least: InputTokens | None = None
+    exclude_tools: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=128)] | None = None
+    clear_tool_inputs: bool | Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=128)] | None = (
+        None
+    )
+
+
+class UnsupportedEdit(BaseModel):
+    """An edit mlxhost does not make (compaction, which needs a model call of its own): skipped."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+
+
+def _edit(value: Any) -> str:
+    kind = _type_of(value)
+    if kind == "clear_thinking_20251015":
+        return "clear_thinking"
+    return "clear_tool_uses" if kind == "clear_tool_uses_20250919" else "unsupported_edit"
+
+
+ContextEdit = Annotated[
+    Annotated[ClearThinking, Tag("clear_thinking")]
+    | Annotated[ClearToolUses, Tag("clear_tool_uses")]
+    | Annotated[UnsupportedEdit, Tag("unsupported_edit")],
+    Discriminator(_edit),
+]
+
+
+class ContextManagement(_Strict):
+    edits: Annotated[list[ContextEdit], Field(max_length=16)] | None = None
 
 
 class JSONOutputFormat(_Strict):
@@ -214,10 +274,6 @@ class OutputConfig(_Strict):
     format: JSONOutputFormat | None = None
 
 
-class Diagnostics(_Strict):
-    previous_message_id: Annotated[str, Field(max_length=256)] | None = None
-
-
 class CountTokensRequest(_Strict):
     """What a prompt is made of: the body of /v1/messages/count_tokens."""
 
@@ -227,8 +283,8 @@ class CountTokensRequest(_Strict):
     tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
-    cache_control: CacheControl | None = None
     output_config: OutputConfig | None = None
+    context_management: ContextManagement | None = None
 
     def system_text(self) -> str:
         if self.system is None or isinstance(self.system, str):
@@ -239,7 +295,7 @@ class CountTokensRequest(_Strict):
 class MessagesRequest(CountTokensRequest):
     """The body of /v1/messages: a prompt and how to generate its answer."""
 
-    max_tokens: Annotated[int, Field(ge=1)]
+    max_tokens: MaxTokens
     stop_sequences: (
         Annotated[list[StopString], Field(max_length=MAX_STOP_SEQUENCES, fail_fast=True)] | None
     ) = None
@@ -247,13 +303,7 @@ class MessagesRequest(CountTokensRequest):
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
     stream: bool | None = None
-    metadata: Metadata | None = None  # accepted and ignored: mlxhost keeps no per-user records
-    # Where and how fast Anthropic would serve it, and its cache-miss diagnostics: meaningless for
-    # one local model (there is no other tier, region or speed), so accepted and ignored.
-    service_tier: Literal["auto", "standard_only"] | None = None
-    speed: Literal["standard", "fast"] | None = None
-    inference_geo: Annotated[str, Field(max_length=64)] | None = None
-    diagnostics: Diagnostics | None = None
+    metadata: Metadata | None = None  # the host keeps user_id in the session's record
 
 
 register_schema(
@@ -271,11 +321,15 @@ register_schema(
         ToolChoiceAny,
         ToolChoiceTool,
         ThinkingEnabled,
-        CacheControl,
         Metadata,
         OutputConfig,
         JSONOutputFormat,
-        Diagnostics,
+        ContextManagement,
+        ClearThinking,
+        ClearToolUses,
+        ThinkingTurns,
+        InputTokens,
+        ToolUses,
     ],
     nested={
         (MessagesRequest, "messages"): InputMessage,
@@ -285,10 +339,12 @@ register_schema(
         (MessagesRequest, "system"): TextBlock,
         (CountTokensRequest, "system"): TextBlock,
         (MessagesRequest, "metadata"): Metadata,
-        (MessagesRequest, "diagnostics"): Diagnostics,
+        (MessagesRequest, "context_management"): ContextManagement,
+        (CountTokensRequest, "context_management"): ContextManagement,
         (MessagesRequest, "output_config"): OutputConfig,
         (CountTokensRequest, "output_config"): OutputConfig,
     },
-    lists=["stop_sequences", "system"],
+    lists=["stop_sequences", "system", "edits", "exclude_tools"],
     schemas=["input_schema", "format"],
+    dialects={MessagesRequest: "messages", CountTokensRequest: "count_tokens"},
 )

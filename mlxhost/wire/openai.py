@@ -1,7 +1,8 @@
 """Request bodies of the OpenAI-compatible routes, validated strictly.
 
-Pydantic does the checking and also gives the JSON Schema that /openapi.json serves. Every field
-we do not implement is refused by name (`extra="forbid"`) rather than silently ignored.
+Pydantic does the checking and also gives the JSON Schema that /openapi.json serves. The models
+declare only what mlxhost implements (`extra="forbid"`); a field they lack is skipped and named
+when an official SDK defines it, and refused by name otherwise (fields.py has the policy).
 
 Validation runs on the event loop, and pydantic builds an object per message or content part
 (100,000 empty messages, a 3 MB body, take 0.2-0.4 s). So a large body is first parsed as plain
@@ -12,6 +13,7 @@ more than any request can is refused before pydantic builds anything.
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -19,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import from_json
 
 from mlxhost.wire.errors import InvalidRequest
+from mlxhost.wire.fields import Skipped, known_field
 from mlxhost.wire.inert import excerpt
 
 __all__ = ["ChatCompletionRequest", "CompletionRequest", "parse_body", "register_schema", "too_long"]
@@ -34,6 +37,9 @@ HEAD_BYTES = 512 * 1024  # room for MAX_MESSAGES of the smallest messages
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 StopString = Annotated[str, Field(min_length=1, max_length=512)]
+# A request may ask for more than fits (it gets what fits, see worker/routes.py), but not for a
+# number no count of tokens could be.
+MaxTokens = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class _Strict(BaseModel):
@@ -138,7 +144,7 @@ class ChatMessage(_Strict):
 
 class _Generation(_Strict):
     model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: MaxTokens | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
@@ -168,7 +174,7 @@ class _Generation(_Strict):
 
 class ChatCompletionRequest(_Generation):
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)]
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: MaxTokens | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     response_format: Annotated[
@@ -236,15 +242,26 @@ _SCHEMAS = {"parameters", "schema", "response_format", "logit_bias"}
 _KEYED = {"logit_bias"}  # maps whose keys name the entry an error is about
 
 
+# Each request model's dialect, as the SDK field table names it (fields.py).
+_DIALECTS: dict[type[BaseModel], str] = {ChatCompletionRequest: "chat", CompletionRequest: "completions"}
+# How many times a body is validated again without the fields it was refused for: each pass finds
+# what the previous one could not see (a list that stops at its first bad item), and a body with
+# more than this many places to clean is cleaned by name everywhere instead.
+SKIP_PASSES = 8
+
+
 def register_schema(
     models: Iterable[type[BaseModel]],
     nested: Mapping[tuple[type[BaseModel], str], type[BaseModel]] | None = None,
     lists: Iterable[str] = (),
     schemas: Iterable[str] = (),
+    dialects: Mapping[type[BaseModel], str] | None = None,
 ) -> None:
     """Teach `parse_body` another dialect's bodies: their field names (for the `param` of an
-    error), which fields hold which objects, which take lists, and which hold free-form JSON
-    Schemas (with their larger budget). Called once, where those models are defined."""
+    error), which fields hold which objects, which take lists, which hold free-form JSON
+    Schemas (with their larger budget), and the dialect each request model is in. Called once,
+    where those models are defined."""
+    _DIALECTS.update(dialects or {})
     for model in models:
         _FIELD_NAMES.update(model.model_fields)
         _FIELD_NAMES.update(f.alias for f in model.model_fields.values() if f.alias)
@@ -253,18 +270,100 @@ def register_schema(
     _SCHEMAS.update(schemas)
 
 
-def parse_body(model: type[T], body: bytes, context: int | None = None) -> T:
+def parse_body(model: type[T], body: bytes, context: int | None = None, skipped: Skipped | None = None) -> T:
     """Validate a JSON body, turning the first problem into a 400 that names the field.
 
     `context`: the model's context in tokens, which a prompt must be shorter than; each message,
-    and each token id, is at least one token.
+    and each token id, is at least one token. `skipped` collects the fields left out.
     """
+    dialect = _DIALECTS.get(model, "")
+    skipped = skipped if skipped is not None else Skipped()
     if len(body) > SHAPE_CHECK_BYTES:
-        _check_shape(model, body, context)
+        _check_shape(model, body, context, dialect)
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        raise _invalid_request(exc) from None
+        error = exc
+    # Only a body that carries a field the model lacks gets here again: the common case costs
+    # one validation, as it did before the policy.
+    data: Any = None
+    for attempt in range(SKIP_PASSES + 1):
+        extra = _extra_fields(error, dialect)
+        if extra is None:
+            raise _invalid_request(error) from None
+        if isinstance(extra, InvalidRequest):
+            raise extra from None
+        if data is None:
+            data = from_json(body)
+        for loc, parent in extra:
+            if attempt < SKIP_PASSES:
+                _remove(data, loc)
+            else:
+                _remove_everywhere(data, parent, loc[-1])
+            holder = _param(loc[:-1])
+            skipped.add(f"{holder}.{loc[-1]}" if holder else str(loc[-1]))
+        try:
+            return model.model_validate_json(_dumps(data))
+        except ValidationError as exc:
+            error = exc
+    raise _invalid_request(error) from None
+
+
+def _extra_fields(
+    exc: ValidationError, dialect: str
+) -> list[tuple[tuple[Any, ...], str]] | InvalidRequest | None:
+    """The places of the fields `exc` refused as unknown to the model when every one of them is
+    known to an SDK (each with its parent field's name); the 400 for the first that no SDK
+    knows; None when there were none."""
+    found = []
+    for error in exc.errors(include_url=False):
+        if error["type"] != "extra_forbidden":
+            continue
+        loc = error["loc"]
+        parent = _parent(loc)
+        if not dialect or not isinstance(loc[-1], str) or not known_field(dialect, parent, loc[-1]):
+            holder = _param(loc[:-1])
+            name = excerpt(loc[-1])
+            return _unsupported(f"{holder}.{name}" if holder else name)
+        found.append((loc, parent))
+    return found or None
+
+
+def _parent(loc: tuple[Any, ...]) -> str:
+    """The name of the field whose object holds the last key of `loc` ("" for the body)."""
+    for part in reversed(loc[:-1]):
+        if isinstance(part, str) and part in _FIELD_NAMES:
+            return part
+    return ""
+
+
+def _remove(data: Any, loc: tuple[Any, ...]) -> None:
+    """Delete the key at `loc` from the parsed body, stepping over union members' tags."""
+    node = data
+    for part in loc[:-1]:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+    if isinstance(node, dict):
+        node.pop(loc[-1], None)
+
+
+def _remove_everywhere(data: Any, parent: str, name: str) -> None:
+    """Delete `name` from every object held by a field called `parent` (the body, for "")."""
+    pending: list[tuple[str, Any]] = [("", data)]
+    while pending:
+        holder, node = pending.pop()
+        if isinstance(node, dict):
+            if holder == parent:
+                node.pop(name, None)
+            pending.extend(node.items())
+        elif isinstance(node, list):
+            pending.extend((holder, item) for item in node)
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def too_long(param: str, size: str, context: int) -> InvalidRequest:
@@ -276,15 +375,15 @@ def too_long(param: str, size: str, context: int) -> InvalidRequest:
     )
 
 
-def _check_shape(model: type[BaseModel], body: bytes, context: int | None) -> None:
+def _check_shape(model: type[BaseModel], body: bytes, context: int | None, dialect: str) -> None:
     """Refuse a body whose lists are longer, or whose objects have keys, no request can have."""
     # Its head first: a list too long or a key unknown there is so in the whole body, and a body
     # made to stall a server (100,000 tiny messages) shows it in its first few thousand items.
     # That costs milliseconds; the whole body, tens of them.
     if len(body) > HEAD_BYTES and isinstance(head := _parse(body[:HEAD_BYTES], partial=True), dict):
-        _Shape(context, partial=True).check_object(model, head, "")
+        _Shape(context, dialect, partial=True).check_object(model, head, "", "")
     if isinstance(data := _parse(body), dict):
-        _Shape(context).check_object(model, data, "")
+        _Shape(context, dialect).check_object(model, data, "", "")
 
 
 def _parse(body: bytes, partial: bool = False) -> object:
@@ -302,26 +401,32 @@ def _parse(body: bytes, partial: bool = False) -> object:
 
 
 class _Shape:
-    def __init__(self, context: int | None, partial: bool = False) -> None:
+    def __init__(self, context: int | None, dialect: str, partial: bool = False) -> None:
         self.context = context
+        self.dialect = dialect
         self.parts = MAX_MESSAGES  # content parts left, over all messages
         self.more = " or more" if partial else ""  # the head of a body has counts, not totals
 
-    def check_object(self, model: type[BaseModel], data: dict[str, Any], path: str) -> None:
+    def check_object(self, model: type[BaseModel], data: dict[str, Any], path: str, parent: str) -> None:
         for key, value in data.items():
-            if key not in model.model_fields:
-                raise _unsupported(f"{path}.{excerpt(key)}" if path else excerpt(key))
             param = f"{path}.{key}" if path else key
+            if key not in model.model_fields:
+                if not (self.dialect and known_field(self.dialect, parent, key)):
+                    raise _unsupported(f"{path}.{excerpt(key)}" if path else excerpt(key))
+                # Skipped (parse_body takes it out), but no larger than any value may be.
+                if isinstance(value, (list, dict)):
+                    _check_bulk(value, param, BULK_ITEMS)
+                continue
             nested = _NESTED.get((model, key))
             if isinstance(value, list) and key in _LISTS:
                 self.check_length(key, param, len(value))
                 for i, item in enumerate(value):
                     if isinstance(item, dict) and nested is not None:
-                        self.check_object(nested, item, f"{param}[{i}]")
+                        self.check_object(nested, item, f"{param}[{i}]", key)
                     elif isinstance(item, (list, dict)):
                         _check_bulk(item, f"{param}[{i}]", BULK_ITEMS)
             elif isinstance(value, dict) and nested is not None:
-                self.check_object(nested, value, param)
+                self.check_object(nested, value, param, key)
             elif isinstance(value, (list, dict)):
                 _check_bulk(value, param, SCHEMA_ITEMS if key in _SCHEMAS else BULK_ITEMS)
 

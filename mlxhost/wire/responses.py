@@ -1,9 +1,10 @@
 """Request bodies of OpenAI's Responses API (POST /v1/responses), validated strictly.
 
-As with Chat Completions (openai.py), every field mlxhost does not implement is refused by name.
-What the API has but a local model cannot do (images and files as input, hosted tools such as web
-search) parses into an `Unsupported*` model, so the route can refuse it with a 400 that names the
-field and says why, instead of pydantic's list of the shapes it expected.
+As with Chat Completions (openai.py), a field mlxhost does not implement is skipped and named when
+the SDK defines it, refused by name when not (fields.py). What the API has but a local model
+cannot do parses into an `Unsupported*` model, so the route can say what happens to it: a hosted
+tool (web search) is skipped and named, an image or a file as input is refused with a 400 that
+names the field and says why, instead of pydantic's list of the shapes it expected.
 
 Items and content parts are unions told apart by their `type`; a message may leave its `type`
 out (OpenAI's "easy" input message). The union tags below are no field's name, so an error's
@@ -21,6 +22,7 @@ from mlxhost.wire.openai import (
     MAX_TOOLS,
     FunctionName,
     JSONSchema,
+    MaxTokens,
     register_schema,
 )
 
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 MAX_METADATA = 16  # OpenAI's limits: 16 pairs, keys of 64 characters, values of 512
+MAX_CLIENT_METADATA = 32
 CallId = Annotated[str, Field(min_length=1, max_length=256)]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
@@ -270,8 +273,6 @@ TextFormat = Annotated[
 
 class TextConfig(_Strict):
     format: TextFormat | None = None
-    # How long an answer should be: a hint to a model trained on it, none to a local one.
-    verbosity: Literal["low", "medium", "high"] | None = None
 
 
 class ReasoningConfig(_Strict):
@@ -291,7 +292,7 @@ class ResponsesRequest(_Strict):
     tool_choice: Literal["auto", "none", "required"] | ToolChoiceObject | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
-    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_output_tokens: MaxTokens | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     stream: bool | None = None
@@ -307,14 +308,17 @@ class ResponsesRequest(_Strict):
     ) = None
     user: Annotated[str, Field(max_length=256)] | None = None
     truncation: Literal["disabled"] | None = None  # "auto" would drop turns silently: not done
-    # What else to include in the answer (encrypted reasoning, logprobs...): accepted, and there is
-    # nothing more to include.
+    # What else to include in the answer (encrypted reasoning, logprobs...): there is nothing more
+    # to include, so each entry is skipped and named.
     include: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=16)] | None = None
-    # Hints for OpenAI's routing and abuse checks, as Codex sends them: the prompt cache here is
-    # automatic and keyed by the prompt itself, and there is one tier and nobody else to tell.
-    prompt_cache_key: Annotated[str, Field(max_length=256)] | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    safety_identifier: Annotated[str, Field(max_length=256)] | None = None
+    # Codex's own (no SDK defines it): who sent the turn, kept in the session's record by the host.
+    client_metadata: (
+        Annotated[
+            dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=8192)]],
+            Field(max_length=MAX_CLIENT_METADATA),
+        ]
+        | None
+    ) = None
 
     def stores(self) -> bool:
         return self.store is not False
@@ -347,4 +351,5 @@ register_schema(
     },
     lists=["input", "include"],
     schemas=["format"],  # the text format holds its JSON Schema
+    dialects={ResponsesRequest: "responses"},
 )

@@ -28,7 +28,7 @@ from mlxhost.worker.engine import Engine
 from mlxhost.worker.grammar import Grammar, GrammarError, GrammarSpec, ToolSpec, closed
 from mlxhost.worker.output import OutputParser
 
-__all__ = ["Conversation", "OutputFormat", "Prepared", "Tool", "ToolChoice", "prepare"]
+__all__ = ["Conversation", "OutputFormat", "Prepared", "Tool", "ToolChoice", "merge_system_turns", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,15 @@ async def prepare(engine: Engine, conversation: Conversation) -> Prepared:
     offered = tools if tokenizer.has_tool_calling else ()
     tools_form = [t.template_form() for t in offered] or None
     try:
-        rendered = await tokenizer.render_chat(conversation.messages, tools_form, template_args)
+        try:
+            rendered = await tokenizer.render_chat(conversation.messages, tools_form, template_args)
+        except Exception as exc:
+            if not (type(exc).__module__.startswith("jinja2") and _system_later(conversation.messages)):
+                raise
+            # Most templates take a system turn only first: a later one (an agent's reminder)
+            # joins the user turn before it instead.
+            conversation.messages = merge_system_turns(conversation.messages)
+            rendered = await tokenizer.render_chat(conversation.messages, tools_form, template_args)
         if spec is not None and rendered.thinking:
             # The grammar holds from the first token: no room for the think block this prompt
             # opens, so it is closed. Only then: a closed, empty block is not rendered again in
@@ -179,6 +187,33 @@ def _grammar_spec(engine: Engine, conversation: Conversation) -> GrammarSpec | N
         return GrammarSpec(kind="json_object", param=fmt.param)
     schema = closed(fmt.schema) if fmt.strict else fmt.schema
     return GrammarSpec(kind="json_schema", param=fmt.param, schema=schema)
+
+
+def _system_later(messages: Sequence[Mapping[str, Any]]) -> bool:
+    return any(m["role"] == "system" for m in messages[1:])
+
+
+def merge_system_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with every system turn after the first joined to the user turn before it
+    (or, with none before it, to the next one): the prefix up to that turn is unchanged, so the
+    prompt cache still serves it. A system turn with no user turn to join becomes one."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []  # system texts waiting for a user turn
+    for i, message in enumerate(messages):
+        if message["role"] != "system" or i == 0:
+            if message["role"] == "user" and pending:
+                message = {**message, "content": "\n\n".join([*pending, message["content"]])}
+                pending = []
+            out.append(message)
+            continue
+        before = next((m for m in reversed(out) if m["role"] == "user"), None)
+        if before is not None and before is out[-1]:
+            out[-1] = {**before, "content": f"{before['content']}\n\n{message['content']}"}
+        else:
+            pending.append(message["content"])
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
 
 
 def template_arguments(arguments: str) -> Any:

@@ -8,15 +8,17 @@ text; an assistant turn's `tool_use` blocks become its `tool_calls`, its `thinki
 `tool_use` block per call, whole or as Anthropic's stream of block events.
 
 What mlxhost cannot do is refused with a 400 naming the field, never dropped: image and document
-blocks, Anthropic's server tools, and a final assistant turn to be continued (prefill), which
-chat templates cannot render.
+blocks, and a final assistant turn to be continued (prefill), which chat templates cannot render.
+Anthropic's server tools (web search) run on Anthropic's side: they are skipped and named in the
+answer's `x-mlxhost-ignored` header. Context editing (`context_management`) is done here, on the
+conversation before it renders: old thinking and old tool results are cleared as Anthropic would.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxhost.wire.anthropic import (
+    ClearThinking,
+    ClearToolUses,
     CountTokensRequest,
     CustomTool,
     InputMessage,
@@ -33,13 +37,16 @@ from mlxhost.wire.anthropic import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    ToolUses,
     UnsupportedBlock,
+    UnsupportedEdit,
 )
 from mlxhost.wire.anthropic import ToolChoice as ToolChoiceBody
 from mlxhost.wire.chunks import AnswerFinish, Delta, ToolCall
 from mlxhost.wire.dialect import Dialect, sse_error, sse_event
 from mlxhost.wire.errors import APIError, InvalidRequest
 from mlxhost.wire.inert import excerpt
+from mlxhost.wire.fields import Skipped, known_type
 from mlxhost.wire.openai import parse_body, too_long
 from mlxhost.worker.answer import Answer, Serving, respond
 from mlxhost.worker.conversation import (
@@ -70,8 +77,9 @@ BLOCK_SEPARATOR = "\n\n"
 
 async def messages(request: Request) -> Response:
     service = serving(request)
-    body = parse_body(MessagesRequest, await read_body(request, service), service.engine.context_length)
-    prepared = await _prepare(service, body)
+    skipped = Skipped()
+    body = parse_body(MessagesRequest, await read_body(request, service), service.engine.context_length, skipped)
+    prepared = await _prepare(service, body, skipped)
     sampling = GenerationSettings(
         body.max_tokens,
         "max_tokens",
@@ -89,21 +97,24 @@ async def messages(request: Request) -> Response:
         grammar=prepared.grammar,
     )
     writer = MessagesWriter(service.model_id, len(prepared.prompt))
-    return await respond(
+    response = await respond(
         request, service, generation, writer, prepared.parser(service.engine), bool(body.stream)
     )
+    response.headers.update(skipped.headers())
+    return response
 
 
 async def count_tokens(request: Request) -> Response:
     """The prompt's length in tokens, as /v1/messages would render it (with its tools and switches)."""
     service = serving(request)
-    body = parse_body(CountTokensRequest, await read_body(request, service), service.engine.context_length)
-    prepared = await _prepare(service, body)
-    return JSONResponse({"input_tokens": len(prepared.prompt)})
+    skipped = Skipped()
+    body = parse_body(CountTokensRequest, await read_body(request, service), service.engine.context_length, skipped)
+    prepared = await _prepare(service, body, skipped)
+    return JSONResponse({"input_tokens": len(prepared.prompt)}, headers=skipped.headers())
 
 
-async def _prepare(service: Serving, body: CountTokensRequest) -> Prepared:
-    conversation = messages_conversation(body)
+async def _prepare(service: Serving, body: CountTokensRequest, skipped: Skipped) -> Prepared:
+    conversation = messages_conversation(body, skipped)
     # A prompt that cannot fit is refused before the template renders it, as for chat: rendering
     # runs one request at a time, and this one could not be served anyway.
     context = service.engine.context_length
@@ -112,11 +123,16 @@ async def _prepare(service: Serving, body: CountTokensRequest) -> Prepared:
         raise too_long("messages", f"{count} messages are at least {count} tokens", context)
     chars = sum(len(m["content"]) + len(m.get("reasoning_content", "")) for m in conversation.messages)
     _check_characters(service, "messages", chars)
-    return await prepare(service.engine, conversation)
+    prepared = await prepare(service.engine, conversation)
+    if (trigger := token_trigger(body)) is not None and len(prepared.prompt) > trigger[0]:
+        clear_tool_uses(conversation.messages, trigger[1])
+        prepared = await prepare(service.engine, conversation)
+    return prepared
 
 
-def messages_conversation(body: CountTokensRequest) -> Conversation:
-    """A Messages body as the shared pipeline takes it."""
+def messages_conversation(body: CountTokensRequest, skipped: Skipped | None = None) -> Conversation:
+    """A Messages body as the shared pipeline takes it; what it skips is added to `skipped`."""
+    skipped = skipped if skipped is not None else Skipped()
     out: list[dict[str, Any]] = []
     if system := body.system_text():
         out.append({"role": "system", "content": system})
@@ -126,6 +142,11 @@ def messages_conversation(body: CountTokensRequest) -> Conversation:
         if message.role == "user":
             out += _user_turn(message, f"messages[{i}]", names)
             continue
+        if message.role == "system":
+            # Where the template allows, a system turn stays where it was sent; where it does not,
+            # `prepare` merges it into the user turn before it (conversation.merge_system_turns).
+            out.append({"role": "system", "content": _system_text(message, f"messages[{i}]")})
+            continue
         if i == last:
             raise InvalidRequest(
                 f"messages[{i}]: the last message must be the user's: continuing an assistant message "
@@ -134,10 +155,11 @@ def messages_conversation(body: CountTokensRequest) -> Conversation:
                 code="unsupported_value",
             )
         out.append(_assistant_turn(message, f"messages[{i}]", names))
+    if body.context_management is not None:
+        _apply_edits(out, body.context_management.edits or (), skipped, names)
     choice, parallel = _tool_choice(body.tool_choice)
-    thinking = (
-        None if body.thinking is None or body.thinking.type == "adaptive" else body.thinking.type == "enabled"
-    )
+    # Adaptive thinking leaves it to the model whether to think: a local model that can, may.
+    thinking = None if body.thinking is None else body.thinking.type != "disabled"
     output_format, template_args = None, {}
     if (config := body.output_config) is not None:
         if config.format is not None:
@@ -149,13 +171,82 @@ def messages_conversation(body: CountTokensRequest) -> Conversation:
             template_args["reasoning_effort"] = config.effort
     return Conversation(
         messages=out,
-        tools=_tools(body),
+        tools=_tools(body, skipped),
         tool_choice=choice,
         parallel_tool_calls=parallel,
         output_format=output_format,
         thinking=thinking,
         template_args=template_args,
     )
+
+
+def _system_text(message: InputMessage, param: str) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    texts = []
+    for j, block in enumerate(message.content):
+        if not isinstance(block, TextBlock):
+            raise _refused(block, f"{param}.content[{j}]", "system")
+        texts.append(block.text)
+    return BLOCK_SEPARATOR.join(texts)
+
+
+# What a cleared tool result says instead, so the model knows something was there.
+CLEARED_RESULT = "[tool result cleared to save context]"
+DEFAULT_KEEP_TOOL_USES = 3  # Anthropic's defaults for clear_tool_uses_20250919
+DEFAULT_TRIGGER_TOKENS = 100_000
+
+
+def _apply_edits(
+    messages: list[dict[str, Any]], edits: Sequence[Any], skipped: Skipped, names: dict[str, str]
+) -> None:
+    """Anthropic's context editing, made on the conversation before it renders. The token
+    trigger of clear_tool_uses is checked against the rendered prompt, in `_prepare`."""
+    for edit in edits:
+        if isinstance(edit, ClearThinking):
+            keep = 1 if edit.keep is None else None if edit.keep == "all" else edit.keep.value
+            if keep is not None:
+                turns = [m for m in messages if m["role"] == "assistant" and "reasoning_content" in m]
+                for message in turns[: max(0, len(turns) - keep)]:
+                    del message["reasoning_content"]
+        elif isinstance(edit, ClearToolUses):
+            if isinstance(edit.trigger, ToolUses):
+                results = sum(1 for m in messages if m["role"] == "tool")
+                if results > edit.trigger.value:
+                    clear_tool_uses(messages, edit)
+        elif isinstance(edit, UnsupportedEdit):
+            if not known_type("messages", "edits", edit.type):
+                raise InvalidRequest(
+                    f"context_management.edits: '{excerpt(edit.type)}' is no context edit of the Messages API",
+                    param="context_management.edits",
+                )
+            skipped.add(f"context_management.edits.{edit.type}")
+
+
+def clear_tool_uses(messages: list[dict[str, Any]], edit: ClearToolUses) -> None:
+    """Replace all but the last `keep` tool results (and, if asked, their calls' inputs)."""
+    keep = edit.keep.value if edit.keep is not None else DEFAULT_KEEP_TOOL_USES
+    excluded = set(edit.exclude_tools or ())
+    results = [m for m in messages if m["role"] == "tool" and m.get("name") not in excluded]
+    cleared = {m["tool_call_id"] for m in results[: max(0, len(results) - keep)]}
+    for message in results[: max(0, len(results) - keep)]:
+        message["content"] = CLEARED_RESULT
+    inputs = edit.clear_tool_inputs
+    if not inputs:
+        return
+    for message in messages:
+        for call in message.get("tool_calls", ()):
+            function = call["function"]
+            if call["id"] in cleared and (inputs is True or function["name"] in inputs):
+                function["arguments"] = {}
+
+
+def token_trigger(body: CountTokensRequest) -> tuple[int, ClearToolUses] | None:
+    """The prompt length past which a clear_tool_uses edit applies, when it counts tokens."""
+    for edit in body.context_management.edits or () if body.context_management else ():
+        if isinstance(edit, ClearToolUses) and not isinstance(edit.trigger, ToolUses):
+            return (edit.trigger.value if edit.trigger is not None else DEFAULT_TRIGGER_TOKENS), edit
+    return None
 
 
 def _user_turn(message: InputMessage, param: str, names: dict[str, str]) -> list[dict[str, Any]]:
@@ -227,16 +318,21 @@ def _refused(block: Any, param: str, holder: str) -> InvalidRequest:
     return InvalidRequest(f"{param}: a {holder} message cannot hold a {block.type} block", param=param)
 
 
-def _tools(body: CountTokensRequest) -> tuple[Tool, ...]:
+def _tools(body: CountTokensRequest, skipped: Skipped) -> tuple[Tool, ...]:
     tools: list[Tool] = []
     for i, tool in enumerate(body.tools or ()):
         if not isinstance(tool, CustomTool):
-            raise InvalidRequest(
-                f"tools[{i}].type: {excerpt(tool.type)} is one of Anthropic's server tools, which mlxhost "
-                "does not run: only custom tools (a name and an input_schema) are supported",
-                param=f"tools[{i}].type",
-                code="unsupported_value",
-            )
+            # One of Anthropic's server tools (web search), which runs on Anthropic's side: the
+            # model is not offered it here. A type no SDK knows is a mistake.
+            if not known_type("messages", "tools", tool.type):
+                raise InvalidRequest(
+                    f"tools[{i}].type: '{excerpt(tool.type)}' is no tool type of the Messages API: only "
+                    "custom tools (a name and an input_schema) run here",
+                    param=f"tools[{i}].type",
+                    code="unsupported_value",
+                )
+            skipped.add(f"tools.{tool.type}")
+            continue
         if any(t.name == tool.name for t in tools):
             raise InvalidRequest(
                 f"tools[{i}].name: another tool is named '{tool.name}'", param=f"tools[{i}].name"

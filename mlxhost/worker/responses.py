@@ -21,6 +21,7 @@ from starlette.responses import Response
 from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 from mlxhost.wire.inert import excerpt
+from mlxhost.wire.fields import Skipped, known_type
 from mlxhost.wire.openai import parse_body, too_long
 from mlxhost.wire.responses import (
     FunctionCallItem,
@@ -70,8 +71,9 @@ Message = dict[str, Any]  # a template-ready message (see conversation.py)
 async def responses(request: Request) -> Response:
     service = serving(request)
     context = service.engine.context_length
-    body = parse_body(ResponsesRequest, await read_body(request, service), context)
-    _refuse_unsupported(body)
+    skipped = Skipped()
+    body = parse_body(ResponsesRequest, await read_body(request, service), context, skipped)
+    _refuse_unsupported(body, skipped)
     scope = request.headers.get(CACHE_SCOPE_HEADER, "")
     store = response_store(request)
     history: list[Message] = []
@@ -100,9 +102,11 @@ async def responses(request: Request) -> Response:
     writer = ResponsesWriter(
         service.model_id, len(prepared.prompt), echo(body), keep if body.stores() else None
     )
-    return await respond(
+    response = await respond(
         request, service, generation, writer, prepared.parser(service.engine), bool(body.stream)
     )
+    response.headers.update(skipped.headers())
+    return response
 
 
 class ResponseStore:
@@ -151,8 +155,9 @@ def response_store(request: Request) -> ResponseStore:
     return store  # type: ignore[no-any-return]
 
 
-def _refuse_unsupported(body: ResponsesRequest) -> None:
-    """What the Responses API has but a local text model cannot do, refused by its field."""
+def _refuse_unsupported(body: ResponsesRequest, skipped: Skipped) -> None:
+    """What the Responses API has but a local text model cannot do: refused by its field, or
+    skipped by name where leaving it out changes nothing the client relies on."""
     if isinstance(body.input, list):
         for i, item in enumerate(body.input):
             if isinstance(item, UnsupportedItem):
@@ -175,10 +180,16 @@ def _refuse_unsupported(body: ResponsesRequest) -> None:
                     )
     for i, tool in enumerate(body.tools or ()):
         if isinstance(tool, UnsupportedTool):
-            raise _unsupported(
-                f"tools[{i}].type",
-                f"'{excerpt(tool.type)}' tools are not supported: mlxhost has function tools only",
-            )
+            # A hosted tool (web search) the host cannot run: the model is not offered it, as
+            # a provider without it would do. One no SDK knows is a mistake.
+            if not known_type("responses", "tools", tool.type):
+                raise _unsupported(
+                    f"tools[{i}].type",
+                    f"'{excerpt(tool.type)}' is no tool type of the Responses API: mlxhost runs function tools",
+                )
+            skipped.add(f"tools.{tool.type}")
+    for entry in body.include or ():
+        skipped.add(f"include.{entry}")  # nothing more than the answer itself to include
     if isinstance(body.tool_choice, UnsupportedToolChoice):
         kind = excerpt(body.tool_choice.type)
         raise _unsupported(

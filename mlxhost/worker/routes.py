@@ -20,6 +20,7 @@ from starlette.responses import Response
 from mlxhost.runtime.body import read_body as read_limited_body
 from mlxhost.wire.chunks import DONE, AnswerFinish, ChatFormat, CompletionFormat, Delta, sse
 from mlxhost.wire.errors import APIError, InvalidRequest, ServiceUnavailable
+from mlxhost.wire.fields import Skipped
 from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openai import (
@@ -54,7 +55,8 @@ def serving(request: Request) -> Serving:
 async def chat_completions(request: Request) -> Response:
     service = serving(request)
     context = service.engine.context_length
-    chat = parse_body(ChatCompletionRequest, await read_body(request, service), context)
+    skipped = Skipped()
+    chat = parse_body(ChatCompletionRequest, await read_body(request, service), context, skipped)
     # Each message renders to at least one token.
     if context is not None and len(chat.messages) >= context:
         count = len(chat.messages)
@@ -67,9 +69,11 @@ async def chat_completions(request: Request) -> Response:
     fmt = ChatFormat(service.model_id, len(prepared.prompt), include_usage=chat.wants_usage_chunk())
     n = chat.n or 1
     parsers = [prepared.parser(service.engine) for _ in range(n)]
-    return await respond_choices(
+    response = await respond_choices(
         request, service, _choices(generation, n), ChatWriter(fmt, n), parsers, bool(chat.stream)
     )
+    response.headers.update(skipped.headers())
+    return response
 
 
 def _choices(generation: GenerationRequest, n: int) -> list[GenerationRequest]:
@@ -216,7 +220,8 @@ class CompletionWriter(_OpenAIStreamEnd):
 async def completions(request: Request) -> Response:
     service = serving(request)
     context = service.engine.context_length
-    completion = parse_body(CompletionRequest, await read_body(request, service), context)
+    skipped = Skipped()
+    completion = parse_body(CompletionRequest, await read_body(request, service), context, skipped)
     if isinstance(completion.prompt, str):
         _check_characters(service, "prompt", len(completion.prompt))
         prompt = await service.engine.encode(completion.prompt)
@@ -234,9 +239,11 @@ async def completions(request: Request) -> Response:
     generation = _generation_request(completion, prompt, service, "prompt", _namespace(request, completion))
     fmt = CompletionFormat(service.model_id, len(prompt), include_usage=completion.wants_usage_chunk())
     n = completion.n or 1
-    return await respond_choices(
+    response = await respond_choices(
         request, service, _choices(generation, n), CompletionWriter(fmt), [None] * n, bool(completion.stream)
     )
+    response.headers.update(skipped.headers())
+    return response
 
 
 def _check_characters(service: Serving, param: str, chars: int) -> None:
@@ -332,32 +339,18 @@ def _generation_request(
     if not prompt:
         raise InvalidRequest(f"{prompt_param}: the prompt is empty", param=prompt_param)
     requested = body.requested_max_tokens()
-    param = getattr(body, "max_tokens_param", None) or (
-        "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
-    )
-    if requested is not None and requested > settings.max_tokens_limit:
+    if context is not None and len(prompt) >= context:
         raise InvalidRequest(
-            f"{param}: {excerpt(requested)} is over this server's limit of {settings.max_tokens_limit}",
-            param=param,
+            f"{prompt_param}: the prompt is {len(prompt)} tokens, and the model's context "
+            f"is {context} tokens",
+            param=prompt_param,
+            code="context_length_exceeded",
         )
-    max_tokens = requested or settings.default_max_tokens
+    # More than fits (agents ask for 32,000 of any model) is clamped to what fits, as llama.cpp,
+    # LM Studio and Ollama do: the answer says so by its length stop, not by a refusal.
+    max_tokens = min(requested or settings.default_max_tokens, settings.max_tokens_limit)
     if context is not None:
-        if len(prompt) >= context:
-            raise InvalidRequest(
-                f"{prompt_param}: the prompt is {len(prompt)} tokens, and the model's context "
-                f"is {context} tokens",
-                param=prompt_param,
-                code="context_length_exceeded",
-            )
-        if len(prompt) + max_tokens > context:
-            if requested is not None:
-                raise InvalidRequest(
-                    f"{param}: the prompt ({len(prompt)} tokens) plus {param} ({excerpt(requested)}) is "
-                    f"over the model's context of {context} tokens",
-                    param=param,
-                    code="context_length_exceeded",
-                )
-            max_tokens = context - len(prompt)
+        max_tokens = min(max_tokens, context - len(prompt))
     sampling = SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,

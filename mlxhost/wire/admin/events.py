@@ -166,6 +166,17 @@ class SessionOpened(AdminEvent):
     session: str
     model: str
     stream: bool
+    client: dict[str, str] | None = None  # what its client said of itself (state.client_entries)
+
+    def _encode(self) -> JSON:
+        data = super()._encode()
+        if data["client"] is None:
+            del data["client"]
+        return data
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode({"client": None, **data})
 
 
 @dataclass(frozen=True, kw_only=True)

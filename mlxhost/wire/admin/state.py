@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxhost.wire.admin.jobs import JobRecord
@@ -26,6 +26,20 @@ class ExitRecord(Record):
     reason: str | None
 
 
+MAX_IGNORED = 32  # skipped field names an outcome keeps (as fields.MAX_NAMED)
+MAX_CLIENT_ENTRIES = 8  # what a session keeps of its client's own metadata
+CLIENT_VALUE_CHARS = 128
+
+
+def client_entries(pairs: Mapping[str, Any]) -> dict[str, str]:
+    """A client's metadata (Anthropic's metadata.user_id, Codex's client_metadata), bounded and
+    inert: the first few entries, each an excerpt."""
+    return {
+        excerpt(k): excerpt(v if isinstance(v, str) else str(v), CLIENT_VALUE_CHARS)
+        for k, v in list(pairs.items())[:MAX_CLIENT_ENTRIES]
+    }
+
+
 @dataclass(frozen=True)
 class Outcome(Record):
     """How a session ended: only the fields its kind uses are set, and only those are sent."""
@@ -35,6 +49,8 @@ class Outcome(Record):
     reason: str | None = None  # cancelled
     code: str | None = None  # failed
     message: str | None = None  # failed
+    # Request fields the host skipped (an SDK defines them, mlxhost does not do them), by name.
+    ignored: tuple[str, ...] | None = None
 
     # Text that may come from a client or a worker is kept as a short, inert excerpt.
     @classmethod
@@ -52,9 +68,14 @@ class Outcome(Record):
     def _encode(self) -> JSON:
         return {k: v for k, v in super()._encode().items() if v is not None}
 
+    def with_ignored(self, names: tuple[str, ...]) -> Outcome:
+        return replace(self, ignored=tuple(excerpt(n, 128) for n in names[:MAX_IGNORED])) if names else self
+
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
-        return {name: data.get(name) for name in field_names(cls)} | {"kind": data["kind"]}
+        decoded = {name: data.get(name) for name in field_names(cls)} | {"kind": data["kind"]}
+        ignored = data.get("ignored")
+        return decoded | {"ignored": None if ignored is None else tuple(str(n) for n in ignored)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,13 +156,20 @@ class SessionRecord(Record):
     tokens: int
     tokens_per_s: float
     outcome: Outcome | None
+    client: dict[str, str] | None = None  # what its client said of itself (client_entries)
 
     def _encode(self) -> JSON:
-        return super()._encode() | {"outcome": None if self.outcome is None else self.outcome.to_json()}
+        data = super()._encode() | {"outcome": None if self.outcome is None else self.outcome.to_json()}
+        if data["client"] is None:
+            del data["client"]
+        return data
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
-        return super()._decode(data) | {"outcome": optional(Outcome, data["outcome"])}
+        kept = {name: data[name] for name in field_names(cls) if name != "client"}
+        client = data.get("client")
+        outcome = optional(Outcome, data["outcome"])
+        return kept | {"outcome": outcome, "client": None if client is None else dict(client)}
 
 
 @dataclass(frozen=True, kw_only=True)
