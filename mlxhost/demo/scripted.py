@@ -146,7 +146,7 @@ def _write(folder: Path, script: Script) -> None:
     head = np.zeros((vocab, hidden), dtype=np.float32)
     end = tokenizer.token_to_id(END_OF_TURN)
     head[ids[script.first[0]], _OTHER] = _START
-    for chain in (script.first, script.after):
+    for chain in (c for c in (script.first, script.after) if c):
         for here, following in zip(chain, [*chain[1:], None], strict=True):
             head[end if following is None else ids[following], _FIRST_SCRIPT_DIM + pieces.index(here)] = _STEP
     if script.after:
