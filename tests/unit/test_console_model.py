@@ -336,6 +336,11 @@ def test_events_read_as_one_line_each() -> None:
     failed = event(53, "session.closed", 0, session="s-1", model="m", tokens=0, age_ms=100, kind="failed",
                    code="bad_request", message="no")  # fmt: skip
     assert describe(failed) == "s-1 failed (bad_request: no), 0 tokens in 0.1s"
+    skipped = event(55, "session.closed", 0, session="s-2", model="m", tokens=3, age_ms=100, kind="completed",
+                    finish_reason="stop", ignored=["system.cache_control", "tools.web_search"])  # fmt: skip
+    assert describe(skipped) == (
+        "s-2 completed (stop), 3 tokens in 0.1s; skipped system.cache_control, tools.web_search"
+    )
     assert describe(exited(54, "m", 7, 1, "boom")) == "m: pid 7 exited, exit code 1 after 3.0s: boom"
     others: dict[str, tuple[dict[str, Any], str]] = {
         "host.started": ({"pid": 1, "models": ["a", "b"]}, "host started, pid 1, models a, b"),
