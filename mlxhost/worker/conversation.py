@@ -25,10 +25,21 @@ from typing import Any, Literal
 from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.inert import excerpt
 from mlxhost.worker.engine import Engine
+from mlxhost.worker.generation import ThinkingBudget
 from mlxhost.worker.grammar import Grammar, GrammarError, GrammarSpec, ToolSpec, closed
 from mlxhost.worker.output import OutputParser
 
-__all__ = ["Conversation", "OutputFormat", "Prepared", "Tool", "ToolChoice", "merge_system_turns", "prepare"]
+__all__ = [
+    "EFFORT_BUDGETS",
+    "Conversation",
+    "OutputFormat",
+    "Prepared",
+    "Tool",
+    "ToolChoice",
+    "effort_budget",
+    "merge_system_turns",
+    "prepare",
+]
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,7 @@ class Conversation:
     parallel_tool_calls: bool = True
     output_format: OutputFormat | None = None
     thinking: bool | None = None  # None: as the template has it
+    thinking_budget: int | None = None  # the most reasoning tokens; None: no bound
     template_args: dict[str, Any] = field(default_factory=dict)  # e.g. reasoning_effort
     # The request's field names, for errors.
     messages_param: str = "messages"
@@ -86,6 +98,7 @@ class Prepared:
     tools: tuple[Tool, ...]
     read_calls: bool  # tool calls in the output are read as calls (not text)
     thinking: bool  # the output starts inside the model's reasoning
+    thinking_budget: ThinkingBudget | None = None
 
     def parser(self, engine: Engine) -> OutputParser:
         """A reader of one choice's output."""
@@ -154,13 +167,35 @@ async def prepare(engine: Engine, conversation: Conversation) -> Prepared:
             grammar = await engine.grammars.compile(spec)
         except GrammarError as exc:
             raise InvalidRequest(f"{exc.param}: {exc.message}", param=exc.param, code="invalid_schema") from None
+    budget = None
+    if conversation.thinking_budget is not None and tokenizer.think_ids is not None and grammar is None:
+        start, end = tokenizer.think_ids
+        budget = ThinkingBudget(conversation.thinking_budget, start, end, rendered.thinking)
     return Prepared(
         prompt=rendered.ids,
         grammar=grammar,
         tools=tools,
         read_calls=bool(tools) and choice.mode != "none" and tokenizer.tool_parser is not None,
         thinking=rendered.thinking,
+        thinking_budget=budget,
     )
+
+
+# How many tokens of reasoning each effort allows (a request's own budget, where its dialect has
+# one, wins): an agent asks "high" and expects an answer, not a model thinking until max_tokens.
+EFFORT_BUDGETS: Mapping[str, int | None] = {
+    "minimal": 256,
+    "low": 1024,
+    "medium": 4096,
+    "high": 16384,
+    "xhigh": 32768,
+    "max": None,
+}
+
+
+def effort_budget(effort: str | None) -> int | None:
+    """The reasoning budget of an effort; None (no bound) for none given or "max"."""
+    return None if effort is None else EFFORT_BUDGETS.get(effort)
 
 
 def _grammar_spec(engine: Engine, conversation: Conversation) -> GrammarSpec | None:

@@ -48,6 +48,16 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class ThinkingBudget:
+    """At most `tokens` of reasoning: past them, the think block's end is the only token left."""
+
+    tokens: int
+    start: int  # the ids of the think block's markers
+    end: int
+    open: bool  # the prompt leaves the model inside a think block
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     prompt: list[int]
     max_tokens: int
@@ -64,6 +74,7 @@ class GenerationRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()
     # Whether its prompt and output go into the prompt cache when it ends.
     keep_cache: bool = True
+    thinking_budget: ThinkingBudget | None = None
 
 
 @dataclass(eq=False)  # identity: sessions live in sets

@@ -35,6 +35,7 @@ from mlxhost.wire.anthropic import (
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
+    ThinkingEnabled,
     ToolResultBlock,
     ToolUseBlock,
     ToolUses,
@@ -55,6 +56,7 @@ from mlxhost.worker.conversation import (
     Prepared,
     Tool,
     ToolChoice,
+    effort_budget,
     prepare,
     tool_call_message,
 )
@@ -95,6 +97,7 @@ async def messages(request: Request) -> Response:
         "messages",
         _namespace(request, sampling),
         grammar=prepared.grammar,
+        thinking_budget=prepared.thinking_budget,
     )
     writer = MessagesWriter(service.model_id, len(prepared.prompt))
     response = await respond(
@@ -158,8 +161,15 @@ def messages_conversation(body: CountTokensRequest, skipped: Skipped | None = No
     if body.context_management is not None:
         _apply_edits(out, body.context_management.edits or (), skipped, names)
     choice, parallel = _tool_choice(body.tool_choice)
-    # Adaptive thinking leaves it to the model whether to think: a local model that can, may.
+    # Adaptive thinking leaves it to the model whether to think: a local model that can, may,
+    # within the budget its effort maps to (Anthropic's default effort is high).
     thinking = None if body.thinking is None else body.thinking.type != "disabled"
+    effort = body.output_config.effort if body.output_config is not None else None
+    budget = None
+    if isinstance(body.thinking, ThinkingEnabled):
+        budget = body.thinking.budget_tokens
+    elif body.thinking is not None and body.thinking.type == "adaptive":
+        budget = effort_budget(effort or "high")
     output_format, template_args = None, {}
     if (config := body.output_config) is not None:
         if config.format is not None:
@@ -176,6 +186,7 @@ def messages_conversation(body: CountTokensRequest, skipped: Skipped | None = No
         parallel_tool_calls=parallel,
         output_format=output_format,
         thinking=thinking,
+        thinking_budget=budget,
         template_args=template_args,
     )
 

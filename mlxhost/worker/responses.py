@@ -43,13 +43,14 @@ from mlxhost.worker.answer import respond
 from mlxhost.worker.conversation import (
     Conversation,
     OutputFormat,
+    Prepared,
     Tool,
     ToolChoice,
+    effort_budget,
     prepare,
     tool_call_message,
 )
 from mlxhost.worker.generation import GenerationRequest
-from mlxhost.worker.grammar import Grammar
 from mlxhost.worker.output import Output
 from mlxhost.worker.responses_writer import ResponsesWriter, echo
 from mlxhost.worker.routes import (
@@ -94,7 +95,7 @@ async def responses(request: Request) -> Response:
         raise too_long("input", f"{count} messages are at least {count} tokens", context)
     _check_characters(service, "input", sum(_characters(m) for m in conversation.messages))
     prepared = await prepare(service.engine, conversation)
-    generation = _generation(body, prepared.prompt, service, scope, prepared.grammar)
+    generation = _generation(body, prepared.prompt, service, scope, prepared)
 
     def keep(response_id: str, output: Output) -> None:
         store.put(scope, response_id, [*history, *turn, _assistant_message(output)])
@@ -249,6 +250,7 @@ def responses_conversation(
         parallel_tool_calls=body.parallel_tool_calls is not False,
         output_format=output_format,
         thinking=thinking,
+        thinking_budget=effort_budget(effort),
         template_args=template_args,
         messages_param="input",
     )
@@ -311,10 +313,18 @@ def _characters(message: Message) -> int:
 
 
 def _generation(
-    body: ResponsesRequest, prompt: list[int], service: Serving, scope: str, grammar: Grammar | None
+    body: ResponsesRequest, prompt: list[int], service: Serving, scope: str, prepared: Prepared
 ) -> GenerationRequest:
     settings = GenerationSettings(body.max_output_tokens, "max_output_tokens", body.temperature, body.top_p)
-    return _generation_request(settings, prompt, service, "input", (scope, ""), grammar=grammar)
+    return _generation_request(
+        settings,
+        prompt,
+        service,
+        "input",
+        (scope, ""),
+        grammar=prepared.grammar,
+        thinking_budget=prepared.thinking_budget,
+    )
 
 
 def _assistant_message(output: Output) -> Message:

@@ -38,10 +38,11 @@ from mlxhost.worker.conversation import (
     OutputFormat,
     Tool,
     ToolChoice,
+    effort_budget,
     prepare,
     tool_call_message,
 )
-from mlxhost.worker.generation import GenerationRequest, SamplingParams
+from mlxhost.worker.generation import GenerationRequest, SamplingParams, ThinkingBudget
 from mlxhost.worker.grammar import Grammar
 from mlxhost.worker.output import Output
 
@@ -64,7 +65,13 @@ async def chat_completions(request: Request) -> Response:
     _check_characters(service, "messages", sum(len(m.text()) for m in chat.messages))
     prepared = await prepare(service.engine, chat_conversation(chat))
     generation = _generation_request(
-        chat, prepared.prompt, service, "messages", _namespace(request, chat), grammar=prepared.grammar
+        chat,
+        prepared.prompt,
+        service,
+        "messages",
+        _namespace(request, chat),
+        grammar=prepared.grammar,
+        thinking_budget=prepared.thinking_budget,
     )
     fmt = ChatFormat(service.model_id, len(prepared.prompt), include_usage=chat.wants_usage_chunk())
     n = chat.n or 1
@@ -122,6 +129,7 @@ def chat_conversation(chat: ChatCompletionRequest) -> Conversation:
         parallel_tool_calls=chat.parallel_tool_calls is not False,
         output_format=output_format,
         thinking=thinking,
+        thinking_budget=effort_budget(chat.reasoning_effort),
         template_args=template_args,
     )
 
@@ -334,6 +342,7 @@ def _generation_request(
     prompt_param: str,
     namespace: tuple[str, str] = ("", ""),
     grammar: Grammar | None = None,
+    thinking_budget: ThinkingBudget | None = None,
 ) -> GenerationRequest:
     settings, context = service.settings, service.engine.context_length
     if not prompt:
@@ -371,6 +380,7 @@ def _generation_request(
         cache_namespace=namespace,
         grammar=grammar,
         logit_bias=_logit_bias(body.logit_bias, service.engine.vocab_size),
+        thinking_budget=thinking_budget,
     )
 
 

@@ -20,9 +20,9 @@ from mlx_lm.sample_utils import (
     make_sampler,
 )
 
-from mlxhost.worker.generation import GenerationRequest, SamplingParams
+from mlxhost.worker.generation import GenerationRequest, SamplingParams, ThinkingBudget
 
-__all__ = ["SamplerCache", "logits_processors_for", "processors_for"]
+__all__ = ["SamplerCache", "logits_processors_for", "processors_for", "thinking_budget"]
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
@@ -86,9 +86,29 @@ def processors_for(request: GenerationRequest, vocab_size: int) -> list[LogitsPr
     processors = logits_processors_for(request.sampling)
     if request.logit_bias:
         processors.append(_biased(request.logit_bias, vocab_size))
+    if request.thinking_budget is not None:
+        processors.append(thinking_budget(request.thinking_budget, vocab_size))
     if request.grammar is not None:
         processors.append(request.grammar.processor())
     return processors
+
+
+def thinking_budget(budget: ThinkingBudget, vocab_size: int) -> LogitsProcessor:
+    """Ends the think block once `budget.tokens` tokens were written inside it.
+
+    Its state stays in MLX arrays, computed from the token context it is given: reading the last
+    token back (`.item()`) would wait for a step that mlx-lm computes ahead."""
+    only_end = mx.where(mx.arange(vocab_size) == budget.end, 0.0, -mx.inf)
+    state = {"open": mx.array(budget.open), "spent": mx.array(0)}
+
+    def end_thinking(tokens: mx.array, logits: mx.array) -> mx.array:
+        last = tokens.reshape(-1)[-1]
+        is_open = mx.where(last == budget.end, False, mx.where(last == budget.start, True, state["open"]))
+        spent = state["spent"]
+        state["open"], state["spent"] = is_open, spent + is_open.astype(mx.int32)
+        return mx.where(is_open & (spent >= budget.tokens), only_end.astype(logits.dtype), logits)
+
+    return end_thinking
 
 
 def _biased(bias: tuple[tuple[int, float], ...], vocab_size: int) -> LogitsProcessor:

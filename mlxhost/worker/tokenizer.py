@@ -60,6 +60,9 @@ class Tokenizer:
             getattr(tokenizer, "tool_call_start", None) if self.has_tool_calling else None,
             getattr(tokenizer, "tool_call_end", None) if self.has_tool_calling else None,
         )
+        # The think block's markers as token ids, when each is one token: what a thinking budget
+        # needs to see the block open and to close it.
+        self.think_ids = _think_ids(tokenizer) if self.has_thinking else None
         # Calls written as a JSON object {"name", "arguments"} between tags (Hermes, Qwen): the
         # form a grammar can force when a request requires a call.
         self.json_tool_calls = getattr(self.tool_parser, "__module__", "").endswith(".json_tools")
@@ -151,3 +154,11 @@ def context_length(model: Any) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def _think_ids(tokenizer: Any) -> tuple[int, int] | None:
+    try:
+        start, end = tokenizer.think_start_id, tokenizer.think_end_id
+    except (AttributeError, ValueError, KeyError):
+        return None
+    return (start, end) if isinstance(start, int) and isinstance(end, int) else None

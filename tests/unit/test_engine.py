@@ -9,7 +9,7 @@ import pytest
 
 from mlxhost.wire.chunks import Delta
 from mlxhost.worker.engine import Engine, EngineOptions
-from mlxhost.worker.generation import GenerationRequest, SamplingParams
+from mlxhost.worker.generation import GenerationRequest, SamplingParams, ThinkingBudget
 
 
 @pytest.fixture
@@ -69,3 +69,22 @@ async def test_the_event_loop_never_touches_the_tokenizer(tiny_model: Path) -> N
     # which decodes (text and logprobs) with its own copy, so the two never share one.
     assert threading.main_thread().name not in threads
     assert "mlxhost-generation" not in threads
+
+
+@pytest.mark.anyio
+async def test_a_thinking_budget_ends_the_think_block_after_that_many_tokens(tiny_model: Path) -> None:
+    async def tokens(budget: int | None) -> list[str]:
+        async with Engine.open(tiny_model, EngineOptions(prompt_cache_entries=0)) as engine:
+            assert engine.tokenizer.think_ids is not None
+            start, end = engine.tokenizer.think_ids
+            prompt = [*await engine.encode("Think first."), start]  # the prompt opens the block
+            limit = None if budget is None else ThinkingBudget(budget, start, end, open=True)
+            request = GenerationRequest(prompt, 12, SamplingParams(temperature=0.0), logprobs=0, thinking_budget=limit)
+            async with engine.generate(request) as session:
+                return [lp.token for delta in [d async for d in session] for lp in delta.logprobs or ()]
+
+    free, bounded = await tokens(None), await tokens(4)
+    assert "</think>" not in free[:6]  # left alone, this (greedy, seeded) model keeps thinking
+    assert bounded[:4] == free[:4]
+    assert bounded[4] == "</think>"
+    assert bounded.count("</think>") == 1  # closed once; what follows is the answer
