@@ -35,6 +35,7 @@ __all__ = [
     "JSONObjectTextFormat",
     "JSONSchemaTextFormat",
     "MessageItem",
+    "NamespaceTool",
     "ReasoningConfig",
     "ReasoningItem",
     "ResponsesRequest",
@@ -142,6 +143,11 @@ class FunctionCallItem(_Strict):
     arguments: str
     id: CallId | None = None
     status: ItemStatus | None = None
+    namespace: FunctionName | None = None  # the namespace tool it is of
+
+    def qualified_name(self) -> str:
+        """The name the model called it by (see NamespaceTool)."""
+        return f"{self.namespace}.{self.name}" if self.namespace else self.name
 
 
 class FunctionCallOutputItem(_Strict):
@@ -212,9 +218,27 @@ class UnsupportedTool(_Unsupported):
     """Hosted tools (web search, file search, code interpreter, MCP...): mlxhost has none."""
 
 
-Tool = Annotated[
+InnerTool = Annotated[
     Annotated[FunctionTool, Tag("function_tool")] | Annotated[UnsupportedTool, Tag(UNSUPPORTED)],
     _kind("function", {"function": "function_tool"}),
+]
+
+
+class NamespaceTool(_Strict):
+    """Function tools under a shared name (Codex's `multi_agent_v1`): offered to the model as
+    `namespace.name`, and its calls of them answered with `name` and `namespace` apart."""
+
+    type: Literal["namespace"]
+    name: FunctionName
+    description: str | None = None
+    tools: Annotated[list[InnerTool], Field(max_length=MAX_TOOLS)]
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("function_tool")]
+    | Annotated[NamespaceTool, Tag("namespace_tool")]
+    | Annotated[UnsupportedTool, Tag(UNSUPPORTED)],
+    _kind("function", {"function": "function_tool", "namespace": "namespace_tool"}),
 ]
 
 
@@ -337,6 +361,7 @@ register_schema(
         OutputTextPart,
         RefusalPart,
         FunctionTool,
+        NamespaceTool,
         FunctionToolChoice,
         TextConfig,
         JSONSchemaTextFormat,

@@ -26,10 +26,12 @@ from mlxhost.wire.openai import parse_body, too_long
 from mlxhost.wire.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
+    FunctionTool,
     FunctionToolChoice,
     JSONObjectTextFormat,
     JSONSchemaTextFormat,
     MessageItem,
+    NamespaceTool,
     ReasoningItem,
     RefusalPart,
     ResponsesRequest,
@@ -101,7 +103,7 @@ async def responses(request: Request) -> Response:
         store.put(scope, response_id, [*history, *turn, _assistant_message(output)])
 
     writer = ResponsesWriter(
-        service.model_id, len(prepared.prompt), echo(body), keep if body.stores() else None
+        service.model_id, len(prepared.prompt), echo(body), keep if body.stores() else None, namespaces(body)
     )
     response = await respond(
         request, service, generation, writer, prepared.parser(service.engine), bool(body.stream)
@@ -180,15 +182,19 @@ def _refuse_unsupported(body: ResponsesRequest, skipped: Skipped) -> None:
                         f"'{excerpt(part.type)}' content is not supported: this model reads text only",
                     )
     for i, tool in enumerate(body.tools or ()):
-        if isinstance(tool, UnsupportedTool):
+        inner = tool.tools if isinstance(tool, NamespaceTool) else ()
+        for j, each in [(None, tool), *enumerate(inner)]:
+            if not isinstance(each, UnsupportedTool):
+                continue
             # A hosted tool (web search) the host cannot run: the model is not offered it, as
             # a provider without it would do. One no SDK knows is a mistake.
-            if not known_type("responses", "tools", tool.type):
+            where = f"tools[{i}]" if j is None else f"tools[{i}].tools[{j}]"
+            if not known_type("responses", "tools", each.type):
                 raise _unsupported(
-                    f"tools[{i}].type",
-                    f"'{excerpt(tool.type)}' is no tool type of the Responses API: mlxhost runs function tools",
+                    f"{where}.type",
+                    f"'{excerpt(each.type)}' is no tool type of the Responses API: mlxhost runs function tools",
                 )
-            skipped.add(f"tools.{tool.type}")
+            skipped.add(f"tools.{each.type}" if j is None else f"tools.namespace.{each.type}")
     for entry in body.include or ():
         skipped.add(f"include.{entry}")  # nothing more than the answer itself to include
     if isinstance(body.tool_choice, UnsupportedToolChoice):
@@ -219,9 +225,7 @@ def responses_conversation(
     if body.instructions is not None:
         messages.insert(0, {"role": "system", "content": body.instructions})
     tools = tuple(
-        Tool(t.name, t.description, t.parameters)
-        for t in body.tools or ()
-        if not isinstance(t, UnsupportedTool)
+        Tool(name, t.description, t.parameters) for name, t in function_tools(body)
     )
     choice = body.tool_choice
     if choice is None:
@@ -257,6 +261,29 @@ def responses_conversation(
     return conversation, turn
 
 
+def function_tools(body: ResponsesRequest) -> list[tuple[str, FunctionTool]]:
+    """The function tools offered to the model, by the names it calls them: a namespace tool's
+    as `namespace.name`, as the call items it answers with say them apart."""
+    out: list[tuple[str, FunctionTool]] = []
+    for tool in body.tools or ():
+        if isinstance(tool, FunctionTool):
+            out.append((tool.name, tool))
+        elif isinstance(tool, NamespaceTool):
+            out += [(f"{tool.name}.{t.name}", t) for t in tool.tools if isinstance(t, FunctionTool)]
+    return out
+
+
+def namespaces(body: ResponsesRequest) -> dict[str, tuple[str, str]]:
+    """Each namespaced function's qualified name -> (namespace, name)."""
+    return {
+        f"{tool.name}.{t.name}": (tool.name, t.name)
+        for tool in body.tools or ()
+        if isinstance(tool, NamespaceTool)
+        for t in tool.tools
+        if isinstance(t, FunctionTool)
+    }
+
+
 def _input_messages(body: ResponsesRequest, history: list[Message]) -> list[Message]:
     if isinstance(body.input, str):
         return [{"role": "user", "content": body.input}]
@@ -274,8 +301,9 @@ def _input_messages(body: ResponsesRequest, history: list[Message]) -> list[Mess
             reasoning = ""
             out.append(message)
         elif isinstance(item, FunctionCallItem):
-            names[item.call_id] = item.name
-            calls = tool_call_message([(item.call_id, item.name, item.arguments)])
+            name = item.qualified_name()
+            names[item.call_id] = name
+            calls = tool_call_message([(item.call_id, name, item.arguments)])
             last = out[-1] if out else None
             # Parallel calls, and the text before them, are one assistant turn. (Only this input's
             # own turns are extended: stored ones are shared, and never change.)

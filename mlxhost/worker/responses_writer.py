@@ -77,6 +77,8 @@ class ResponsesWriter:
     prompt_tokens: int
     settings: dict[str, Any]  # the request's, echoed in every Response object
     keep: Callable[[str, Output], None] | None = None  # stores a finished response (store: true)
+    # A namespaced function's qualified name -> (namespace, name), as its call item says them.
+    namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
     _sequence: int = 0
@@ -138,7 +140,7 @@ class ResponsesWriter:
             items.append(_message_item(new_id("msg"), out.content, "completed"))
         if status == "incomplete" and items:
             items[-1]["status"] = "incomplete"  # the text it was writing when it was cut
-        items += [_call_item(new_id("fc"), call, "completed") for call in out.tool_calls]
+        items += [_call_item(new_id("fc"), call, "completed", self.namespaces) for call in out.tool_calls]
         if self.keep is not None:
             self.keep(self.id, out)
         return self._response(status, items, self._usage(answer.final))
@@ -212,7 +214,7 @@ class ResponsesWriter:
         return item
 
     def _call(self, call: ToolCall) -> list[bytes]:
-        item = _call_item(new_id("fc"), call, "in_progress")
+        item = _call_item(new_id("fc"), call, "in_progress", self.namespaces)
         item["arguments"] = ""
         self._items.append(item)
         where = {"item_id": item["id"], "output_index": len(self._items) - 1}
@@ -292,8 +294,10 @@ def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     }
 
 
-def _call_item(item_id: str, call: ToolCall, status: str) -> dict[str, Any]:
-    return {
+def _call_item(
+    item_id: str, call: ToolCall, status: str, namespaces: dict[str, tuple[str, str]]
+) -> dict[str, Any]:
+    item = {
         "type": "function_call",
         "id": item_id,
         "call_id": call.id,
@@ -301,3 +305,6 @@ def _call_item(item_id: str, call: ToolCall, status: str) -> dict[str, Any]:
         "arguments": call.arguments,
         "status": status,
     }
+    if call.name in namespaces:
+        item["namespace"], item["name"] = namespaces[call.name]
+    return item

@@ -136,3 +136,25 @@ def test_a_prompt_that_alone_does_not_fit_is_still_refused(server: RunningHost) 
             assert exc.code == "context_length_exceeded"
         else:
             raise AssertionError("a prompt of the whole context was served")
+
+
+def test_a_namespace_tools_function_is_called_by_its_name_and_namespace(server: RunningHost) -> None:
+    # An argument that can only be one value: the random model's call is short and whole.
+    schema = {"type": "object", "properties": {"q": {"enum": ["Ada"]}}, "required": ["q"], "additionalProperties": False}
+    lookup = {"type": "function", "name": "lookup", "parameters": schema, "strict": True}
+    tools: Any = [{"type": "namespace", "name": "crm", "description": "Customer records.", "tools": [lookup]}]
+    with server.client() as client:
+        first = client.responses.create(model="tiny", input="Find Ada.", tools=tools, tool_choice="required", max_output_tokens=64)
+        (call,) = [item for item in first.output if item.type == "function_call"]
+        assert (call.name, call.namespace) == ("lookup", "crm")
+        following = client.responses.create(
+            model="tiny",
+            input=[
+                {"role": "user", "content": "Find Ada."},
+                {"type": "function_call", "call_id": call.call_id, "name": "lookup", "namespace": "crm", "arguments": call.arguments},
+                {"type": "function_call_output", "call_id": call.call_id, "output": "Ada Lovelace, London."},
+            ],
+            tools=tools,
+            max_output_tokens=3,
+        )
+    assert following.status in ("completed", "incomplete")

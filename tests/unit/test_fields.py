@@ -23,7 +23,7 @@ from mlxhost.wire.fields import Skipped, known_field, known_type
 from mlxhost.wire.openai import SKIP_PASSES, ChatCompletionRequest, parse_body
 from mlxhost.wire.responses import ResponsesRequest
 from mlxhost.worker.messages import messages_conversation
-from mlxhost.worker.responses import _refuse_unsupported
+from mlxhost.worker.responses import _refuse_unsupported, responses_conversation
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -73,9 +73,13 @@ def test_codexs_first_request_is_served_and_what_is_skipped_is_named() -> None:
     assert sorted(skipped.names) == [
         "include.reasoning.encrypted_content",
         "prompt_cache_key",
-        "tools.namespace",
         "tools.web_search",
     ]
+    conversation, _ = responses_conversation(body, [])
+    # A namespace's functions are offered by qualified names; the hosted web search is not offered.
+    names = [tool.name for tool in conversation.tools]
+    assert "exec_command" in names and "multi_agent_v1.close_agent" in names
+    assert not any("web_search" in name for name in names)
 
 
 @pytest.mark.parametrize(
