@@ -1,6 +1,6 @@
 """Build an offline mlx-lm demo model with deterministic random weights.
 
-    python scripts/make_tiny_model.py DIR [--size tiny|bench|sliding|pipelined] [--seed N]
+    python scripts/make_tiny_model.py DIR [--size tiny|bench|sliding|pipelined|agent] [--seed N]
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ package generates itself, so tests, benchmarks and demos get a model that
 checkpoint.
 
 The model's size and weights are in `weights`, its tokenizer in
-`tokenizer`, the text that tokenizer is trained on in `corpus`; this module
-puts a model directory together. Heavy libraries (numpy, safetensors,
+`tokenizer`, the text that tokenizer is trained on in `corpus`; size
+"agent" has its own tokenizer (`agent_tokenizer`, trained on
+`agent_corpus`), made for prompts of tens of thousands of characters. This
+module puts a model directory together. Heavy libraries (numpy, safetensors,
 tokenizers) are imported inside the functions that need them, and mlx is
 never imported: processes that only want a path must stay cheap to start.
 """
@@ -71,9 +73,9 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "mlxhost"
 
 
-def ensure_demo_model(cache_dir: Path | None = None) -> Path:
-    """Return the tiny demo model directory, building it on first use."""
-    return cached_model("demo-tiny", "tiny", cache_dir=cache_dir)
+def ensure_demo_model(cache_dir: Path | None = None, size: str = "tiny") -> Path:
+    """The demo model of `size` ("tiny"; "agent" holds a coding agent's long prompts), built on first use."""
+    return cached_model(f"demo-{size}", size, cache_dir=cache_dir)
 
 
 def cached_model(name: str, size: str = "tiny", seed: int = 0, cache_dir: Path | None = None) -> Path:

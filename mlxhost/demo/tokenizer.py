@@ -1,15 +1,21 @@
 """The demo models' tokenizer: byte-level BPE trained on the demo corpus, with a chat template.
 
+The "agent" size has its own tokenizer (`agent_tokenizer`), with the same special tokens and chat
+template.
+
 The `tokenizers` library is imported only when a tokenizer is trained.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mlxhost.demo.corpus import corpus
 from mlxhost.demo.weights import ModelSize
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = [
     "BOS_TOKEN",
@@ -112,14 +118,23 @@ CHAT_TEMPLATE: Final = (
 
 def write_tokenizer(path: Path, spec: ModelSize) -> None:
     """Train the tokenizer for `spec`'s vocabulary and save it (tokenizer.json) at `path`."""
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    if spec.tokenizer == "agent":
+        # Imported here: its word lists are of no use to a process that only wants a path.
+        from mlxhost.demo.agent_tokenizer import train_agent_tokenizer
+
+        tokenizer = train_agent_tokenizer(spec.vocab_size, SPECIAL_TOKENS)
+    else:
+        tokenizer = _train(spec)
+    if tokenizer.get_vocab_size() != spec.vocab_size:
+        # Ids past the tokenizer's vocabulary would be unprintable samples.
+        raise RuntimeError(
+            f"tokenizer has {tokenizer.get_vocab_size()} tokens, expected {spec.vocab_size}"
+        )
+    tokenizer.save(str(path))
+
+
+def _train(spec: ModelSize) -> Tokenizer:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
     # GPT-2 style byte-level BPE: every byte has a token, so any text
@@ -137,12 +152,7 @@ def write_tokenizer(path: Path, spec: ModelSize) -> None:
     # The corpus depends on the vocabulary size only, not the seed, so a
     # token id means the same thing for every seed of a size.
     tokenizer.train_from_iterator(corpus(words=spec.vocab_size * 40), trainer)
-    if tokenizer.get_vocab_size() != spec.vocab_size:
-        # Ids past the tokenizer's vocabulary would be unprintable samples.
-        raise RuntimeError(
-            f"tokenizer has {tokenizer.get_vocab_size()} tokens, expected {spec.vocab_size}"
-        )
-    tokenizer.save(str(path))
+    return tokenizer
 
 
 def tokenizer_documents(spec: ModelSize) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The demo models' sizes and their random weights, drawn from a seeded generator.
 
-Most sizes are Llama layouts; "sliding" is a Gemma 3 layout whose sliding-window layers get
+Most sizes are Llama layouts ("agent" is the tiny one with a long context and a larger
+vocabulary); "sliding" is a Gemma 3 layout whose sliding-window layers get
 mlx-lm's RotatingKVCache, a cache that cannot be trimmed once the window is full (the prompt
 cache's other path); "pipelined" is a Qwen 2 layout, which mlx-lm can split across ranks by
 layers (pipeline) as well as by tensor.
@@ -30,6 +31,7 @@ class ModelSize:
     max_position_embeddings: int = 4096
     architecture: str = "llama"  # or "gemma3_text", "qwen2"
     sliding_window: int = 0  # gemma3_text: tokens its sliding layers see (every other layer)
+    tokenizer: str = "demo"  # or "agent": see `tokenizer.write_tokenizer`
 
 
 # Small enough to build and load in well under a second. Untied like the bench size: with tied
@@ -67,6 +69,11 @@ SIZES: Final[dict[str, ModelSize]] = {
     # The tiny model's sizes and tokenizer, as Qwen 2 (biased q, k, v projections), in four
     # layers: what a pipelined worker group splits two and two.
     "pipelined": replace(TINY, num_hidden_layers=4, architecture="qwen2"),
+    # The tiny model, able to hold a real coding agent's prompt: 65,536 positions, and a tokenizer
+    # trained on agent-like text whose tokens span words, so Claude Code's first request (76 KB)
+    # is about 15,000 tokens rather than the tiny tokenizer's 54,000. Its embeddings make most of
+    # its 17 MB; training its tokenizer makes building it take a few seconds.
+    "agent": replace(TINY, vocab_size=32768, max_position_embeddings=65536, tokenizer="agent"),
 }
 
 
