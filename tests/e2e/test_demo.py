@@ -249,8 +249,12 @@ def test_ensure_demo_model_uses_xdg_cache_once(tmp_path: Path, monkeypatch: pyte
 
 
 def test_ensure_demo_model_explicit_dir(tmp_path: Path) -> None:
+    from mlxhost.demo import FORMAT_VERSION
+
     path = ensure_demo_model(tmp_path / "cache")
-    assert path.parent == tmp_path / "cache"
+    # The name older mlxhosts gave it, so their caches still serve.
+    assert path == tmp_path / "cache" / f"demo-tiny-v{FORMAT_VERSION}"
+    assert ensure_demo_model(tmp_path / "cache", size="tiny") == path
     assert (path / "tokenizer.json").is_file()
 
 
