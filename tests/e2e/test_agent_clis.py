@@ -21,11 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from mlxhost.client.admin import Target
 from mlxhost.demo import SIZES, default_cache_dir, make_model
 from mlxhost.demo.scripted import CLAUDE_CODE_BASH, CODEX_EXEC, HELLO, make_scripted_model
 from mlxhost.testing import RunningHost, start_host, wait_until
+from mlxhost_tui.app import make_app
+from tests.e2e.test_tui import log_text, until
 
 pytestmark = pytest.mark.slow
 
@@ -195,3 +199,30 @@ def test_codex_runs_a_tool_the_model_calls_and_sends_back_its_result(
     first, second = sessions_of(agent_host, "codex-exec", 2)[-2:]
     assert first["outcome"]["finish_reason"] == "tool_calls"
     assert second["outcome"]["kind"] == "completed"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Textual runs on asyncio only
+
+
+@pytest.mark.anyio
+async def test_every_turn_shows_in_the_console_with_what_it_skipped(
+    agent_bin: Path, agent_host: RunningHost, tmp_path: Path
+) -> None:
+    app = make_app(Target(url=agent_host.url, token=agent_host.admin_token))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.main.status.connection == "connected", "connected")
+        out = await anyio.to_thread.run_sync(
+            lambda: run_claude(
+                agent_bin, agent_host, tmp_path, "Run the command.", "--model", "claude-bash",
+                "--tools", "Bash", "--allowed-tools", "Bash(echo:*)",
+            )
+        )
+        assert out["result"] == AFTER_TOOL
+        turns = sessions_of(agent_host, "claude-bash", 2)[-2:]
+        for turn in turns:
+            line = f"{turn['id']} completed ({turn['outcome']['finish_reason']})"
+            await until(pilot, lambda: line in log_text(app), f"the console shows {turn['id']}")
+            shown = next(entry for entry in log_text(app).splitlines() if line in entry)
+            assert shown.endswith("; skipped " + ", ".join(turn["outcome"]["ignored"]))
