@@ -26,14 +26,14 @@ def model_specs(settings: Settings) -> tuple[ModelSpec, ...]:
         return settings.model
     from mlxhost.demo import ensure_demo_model
 
-    path = ensure_demo_model()
+    path = ensure_demo_model(size=settings.demo)
     logger.warning(
         "no --model given: serving the built-in demo model (random weights, so its output is "
         "gibberish) from %s. To serve a real model: mlxhost serve --model /path/to/mlx-model "
         "(or a Hugging Face repo id already in the local cache).",
         path,
     )
-    return (ModelSpec(settings.model_id or DEMO_MODEL_ID, str(path)),)
+    return (ModelSpec(settings.model_id or DEMO_MODEL_ID, str(path), aliases=settings.model_aliases),)
 
 
 def resolve_model(spec: str) -> Path:
