@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import anyio
 import pytest
 
@@ -112,10 +113,13 @@ def codex_config(host: RunningHost, model: str) -> str:
     return config.replace(README_URL, str(host.url)).replace('model = "mlxhost-demo"', f'model = "{model}"')
 
 
-def run_claude(agent_bin: Path, host: RunningHost, home: Path, *args: str) -> dict[str, Any]:
+def run_claude(agent_bin: Path, host: RunningHost, home: Path, *args: str, bare: bool = True) -> dict[str, Any]:
+    """One turn of `claude -p`; `bare` shrinks its prompt (no CLAUDE.md, skills or agents, a
+    one-line system prompt) to what a test needs."""
     env = {"PATH": os.environ["PATH"], "HOME": str(home), **claude_environment(host)}
+    small = ["--bare", "--system-prompt", "You are terse."] if bare else []
     result = subprocess.run(
-        [str(agent_bin / "claude"), "-p", *args, "--bare", "--system-prompt", "You are terse.", "--output-format", "json"],
+        [str(agent_bin / "claude"), "-p", *args, *small, "--output-format", "json"],
         env=env,
         cwd=home,
         capture_output=True,
@@ -165,6 +169,31 @@ def test_claude_code_answers_a_plain_turn(agent_bin: Path, agent_host: RunningHo
     assert session["outcome"]["kind"] == "completed"
     assert session["client"]["user_id"]  # Claude Code's metadata.user_id
     assert "system.cache_control" in session["outcome"]["ignored"]
+
+
+def test_claude_codes_whole_first_prompt_fits_the_agent_demo(
+    agent_bin: Path, agent_host: RunningHost, tmp_path: Path
+) -> None:
+    # Not bare: its full system prompt, 24 tools and a mid-conversation system turn, about
+    # 76 KB, which the agent demo's tokenizer makes about 15,000 of its 65,536 positions.
+    out = run_claude(agent_bin, agent_host, tmp_path, "Say hi.", bare=False)
+    assert out["is_error"] is False, out
+    assert out["result"] == HELLO_TEXT
+    assert out["usage"]["input_tokens"] + out["usage"]["cache_read_input_tokens"] > 8000
+
+
+def test_the_readme_serve_command_serves_the_agent_demo_under_claude_names() -> None:
+    command = readme_block("Use it with Claude Code", "sh", "mlxhost serve")
+    args = shlex.split(command)[2:]  # after `.venv/bin/mlxhost serve`
+    assert args == ["--demo", "agent", "--model-aliases", "claude-*"]
+    with start_host(*args) as host, anthropic.Anthropic(base_url=host.url, api_key="unused") as client:
+        counted = client.messages.count_tokens(
+            model="claude-haiku-4-5-20251001", messages=[{"role": "user", "content": "hello " * 20_000}]
+        )
+        with host.http() as http:
+            models = http.get("/v1/models").json()["data"]
+    assert 20_000 <= counted.input_tokens < 65_536  # a prompt the tiny demo's 4,096 could not hold
+    assert [m["id"] for m in models] == ["mlxhost-demo"]
 
 
 def test_claude_code_runs_a_tool_the_model_calls_and_sends_back_its_result(
