@@ -8,6 +8,7 @@ type kept): a newer CLI that adds a field shows up here first, as a 400 that nam
 from __future__ import annotations
 
 import copy
+import re
 import importlib.metadata
 import json
 import subprocess
@@ -155,3 +156,23 @@ def test_the_header_names_at_most_a_bounded_number_of_fields_in_ascii() -> None:
     assert len(skipped.names) == 32
     assert skipped.header().isascii()
     assert Skipped().headers() == {}
+
+
+def test_the_readmes_table_names_the_fields_each_dialect_skips() -> None:
+    from mlxhost.wire.fields import REFUSED
+    from mlxhost.wire.openai import CompletionRequest
+
+    table = json.loads((ROOT / "mlxhost" / "wire" / "sdk_fields.json").read_text())["dialects"]
+    rows = {
+        line.split(" | ")[0].strip("| "): line.split(" | ")
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("| ") and line.count(" | ") == 3
+    }
+    models = {"Chat Completions": ("chat", ChatCompletionRequest), "Completions": ("completions", CompletionRequest),
+              "Responses": ("responses", ResponsesRequest), "Messages": ("messages", MessagesRequest)}  # fmt: skip
+    for row, (dialect, model) in models.items():
+        skipped = set(table[dialect]["fields"][""]) - set(model.model_fields) - REFUSED.get(dialect, frozenset())
+        shown = set(re.findall(r"`([a-z_]+)`", rows[row][2]))
+        assert shown == skipped, row
+        refused = set(re.findall(r"`([a-z_]+)`", rows[row][3]))
+        assert refused == set(REFUSED.get(dialect, ())), row
