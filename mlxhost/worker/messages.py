@@ -192,14 +192,7 @@ def messages_conversation(body: CountTokensRequest, skipped: Skipped | None = No
 
 
 def _system_text(message: InputMessage, param: str) -> str:
-    if isinstance(message.content, str):
-        return message.content
-    texts = []
-    for j, block in enumerate(message.content):
-        if not isinstance(block, TextBlock):
-            raise _refused(block, f"{param}.content[{j}]", "system")
-        texts.append(block.text)
-    return BLOCK_SEPARATOR.join(texts)
+    return _texts(message.content, param, "system")
 
 
 # What a cleared tool result says instead, so the model knows something was there.
@@ -308,12 +301,17 @@ def _assistant_turn(message: InputMessage, param: str, names: dict[str, str]) ->
 
 
 def _result_text(block: ToolResultBlock, param: str) -> str:
-    if block.content is None or isinstance(block.content, str):
-        return block.content or ""
+    return _texts(block.content, param, "tool_result")
+
+
+def _texts(content: str | Sequence[Any] | None, param: str, holder: str) -> str:
+    """The text of content that may only hold text: a string, or text blocks."""
+    if content is None or isinstance(content, str):
+        return content or ""
     texts = []
-    for k, part in enumerate(block.content):
+    for k, part in enumerate(content):
         if not isinstance(part, TextBlock):
-            raise _refused(part, f"{param}.content[{k}]", "tool_result")
+            raise _refused(part, f"{param}.content[{k}]", holder)
         texts.append(part.text)
     return BLOCK_SEPARATOR.join(texts)
 

@@ -116,28 +116,23 @@ def codex_config(host: RunningHost, model: str) -> str:
 def run_claude(agent_bin: Path, host: RunningHost, home: Path, *args: str, bare: bool = True) -> dict[str, Any]:
     """One turn of `claude -p`; `bare` shrinks its prompt (no CLAUDE.md, skills or agents, a
     one-line system prompt) to what a test needs."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), **claude_environment(host)}
     small = ["--bare", "--system-prompt", "You are terse."] if bare else []
-    result = subprocess.run(
-        [str(agent_bin / "claude"), "-p", *args, *small, "--output-format", "json"],
-        env=env,
-        cwd=home,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    argv = [str(agent_bin / "claude"), "-p", *args, *small, "--output-format", "json"]
+    return json.loads(run_cli(argv, home, claude_environment(host)).stdout)  # type: ignore[no-any-return]
 
 
 def run_codex(agent_bin: Path, host: RunningHost, home: Path, model: str, prompt: str) -> subprocess.CompletedProcess[str]:
     (home / ".codex").mkdir(parents=True, exist_ok=True)
     (home / ".codex" / "config.toml").write_text(codex_config(host, model))
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "MLXHOST_API_KEY": "unused"}
+    argv = [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", prompt]
+    return run_cli(argv, home, {"MLXHOST_API_KEY": "unused"})
+
+
+def run_cli(argv: list[str], home: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """An agent CLI run as a user would, in a home of its own, to its exit (which must be 0)."""
     result = subprocess.run(
-        [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", prompt],
-        env=env,
+        argv,
+        env={"PATH": os.environ["PATH"], "HOME": str(home), **env},
         cwd=home,
         capture_output=True,
         text=True,
