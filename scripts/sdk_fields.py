@@ -49,7 +49,9 @@ HEADER_OPTIONS = frozenset({"betas", "workspace_id", "user_profile_id"})
 def _members(tp: Any) -> list[Any]:
     """The types `tp` is made of, through unions, containers, aliases and markers."""
     origin = typing.get_origin(tp)
-    if isinstance(tp, typing_extensions.TypeAliasType) or isinstance(tp, getattr(typing, "TypeAliasType", ())):
+    if isinstance(tp, typing_extensions.TypeAliasType) or isinstance(
+        tp, getattr(typing, "TypeAliasType", ())
+    ):
         return _members(tp.__value__)
     if origin in (typing.Union, types.UnionType):
         return [m for a in typing.get_args(tp) for m in _members(a)]

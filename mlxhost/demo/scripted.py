@@ -66,7 +66,11 @@ CLAUDE_CODE_BASH: Final = Script(
 )
 CODEX_EXEC: Final = Script(
     "codex-exec",
-    ("<tool_call>", '\n{"name": "exec_command", "arguments": {"cmd": "echo mlxhost-tool-ok"}}\n', "</tool_call>"),
+    (
+        "<tool_call>",
+        '\n{"name": "exec_command", "arguments": {"cmd": "echo mlxhost-tool-ok"}}\n',
+        "</tool_call>",
+    ),
     ("The command ran.",),
 )
 
@@ -103,7 +107,9 @@ def _write(folder: Path, script: Script) -> None:
 
     config = json.loads((folder / "config.json").read_text())
     if config.get("model_type") != "llama":
-        raise ValueError(f"a scripted model is made from a Llama demo model, not {config.get('model_type')!r}")
+        raise ValueError(
+            f"a scripted model is made from a Llama demo model, not {config.get('model_type')!r}"
+        )
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     pieces = [*script.first, *script.after]
     new = [p for p in dict.fromkeys(pieces) if tokenizer.token_to_id(p) is None]

@@ -231,10 +231,8 @@ class ClearToolUses(_Strict):
     trigger: Annotated[InputTokens | ToolUses, Field(discriminator="type")] | None = None
     keep: ToolUses | None = None
     clear_at_least: InputTokens | None = None
-    exclude_tools: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=128)] | None = None
-    clear_tool_inputs: bool | Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=128)] | None = (
-        None
-    )
+    exclude_tools: Annotated[list[ToolName], Field(max_length=128)] | None = None
+    clear_tool_inputs: bool | Annotated[list[ToolName], Field(max_length=128)] | None = None
 
 
 class UnsupportedEdit(BaseModel):

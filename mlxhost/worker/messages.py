@@ -80,7 +80,8 @@ BLOCK_SEPARATOR = "\n\n"
 async def messages(request: Request) -> Response:
     service = serving(request)
     skipped = Skipped()
-    body = parse_body(MessagesRequest, await read_body(request, service), service.engine.context_length, skipped)
+    context = service.engine.context_length
+    body = parse_body(MessagesRequest, await read_body(request, service), context, skipped)
     prepared = await _prepare(service, body, skipped)
     sampling = GenerationSettings(
         body.max_tokens,
@@ -111,7 +112,8 @@ async def count_tokens(request: Request) -> Response:
     """The prompt's length in tokens, as /v1/messages would render it (with its tools and switches)."""
     service = serving(request)
     skipped = Skipped()
-    body = parse_body(CountTokensRequest, await read_body(request, service), service.engine.context_length, skipped)
+    context = service.engine.context_length
+    body = parse_body(CountTokensRequest, await read_body(request, service), context, skipped)
     prepared = await _prepare(service, body, skipped)
     return JSONResponse({"input_tokens": len(prepared.prompt)}, headers=skipped.headers())
 
@@ -221,7 +223,8 @@ def _apply_edits(
         elif isinstance(edit, UnsupportedEdit):
             if not known_type("messages", "edits", edit.type):
                 raise InvalidRequest(
-                    f"context_management.edits: '{excerpt(edit.type)}' is no context edit of the Messages API",
+                    f"context_management.edits: '{excerpt(edit.type)}' is no context edit of the "
+                    "Messages API",
                     param="context_management.edits",
                 )
             skipped.add(f"context_management.edits.{edit.type}")

@@ -192,7 +192,8 @@ def _refuse_unsupported(body: ResponsesRequest, skipped: Skipped) -> None:
             if not known_type("responses", "tools", each.type):
                 raise _unsupported(
                     f"{where}.type",
-                    f"'{excerpt(each.type)}' is no tool type of the Responses API: mlxhost runs function tools",
+                    f"'{excerpt(each.type)}' is no tool type of the Responses API: mlxhost runs "
+                    "function tools",
                 )
             skipped.add(f"tools.{each.type}" if j is None else f"tools.namespace.{each.type}")
     for entry in body.include or ():

@@ -58,7 +58,17 @@ def agent_bin() -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         subprocess.run(
-            [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--loglevel=error", CLAUDE_CODE, CODEX],
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(staging),
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                CLAUDE_CODE,
+                CODEX,
+            ],
             check=True,
             timeout=900,
         )
@@ -71,7 +81,10 @@ def agent_bin() -> Path:
 def agent_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
     models = tmp_path_factory.mktemp("scripted")
     base = make_model(models / "base", size="agent" if "agent" in SIZES else "tiny")
-    paths = {script.name: make_scripted_model(base, models / script.name, script) for script in (HELLO, CLAUDE_CODE_BASH, CODEX_EXEC)}
+    paths = {
+        script.name: make_scripted_model(base, models / script.name, script)
+        for script in (HELLO, CLAUDE_CODE_BASH, CODEX_EXEC)
+    }
     config = models / "mlxhost.toml"
     config.write_text(
         "max_resident = 3\n"
@@ -113,7 +126,9 @@ def codex_config(host: RunningHost, model: str) -> str:
     return config.replace(README_URL, str(host.url)).replace('model = "mlxhost-demo"', f'model = "{model}"')
 
 
-def run_claude(agent_bin: Path, host: RunningHost, home: Path, *args: str, bare: bool = True) -> dict[str, Any]:
+def run_claude(
+    agent_bin: Path, host: RunningHost, home: Path, *args: str, bare: bool = True
+) -> dict[str, Any]:
     """One turn of `claude -p`; `bare` shrinks its prompt (no CLAUDE.md, skills or agents, a
     one-line system prompt) to what a test needs."""
     small = ["--bare", "--system-prompt", "You are terse."] if bare else []
@@ -121,7 +136,9 @@ def run_claude(agent_bin: Path, host: RunningHost, home: Path, *args: str, bare:
     return json.loads(run_cli(argv, home, claude_environment(host)).stdout)  # type: ignore[no-any-return]
 
 
-def run_codex(agent_bin: Path, host: RunningHost, home: Path, model: str, prompt: str) -> subprocess.CompletedProcess[str]:
+def run_codex(
+    agent_bin: Path, host: RunningHost, home: Path, model: str, prompt: str
+) -> subprocess.CompletedProcess[str]:
     (home / ".codex").mkdir(parents=True, exist_ok=True)
     (home / ".codex" / "config.toml").write_text(codex_config(host, model))
     argv = [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", prompt]
@@ -195,13 +212,26 @@ def test_claude_code_runs_a_tool_the_model_calls_and_sends_back_its_result(
     agent_bin: Path, agent_host: RunningHost, tmp_path: Path
 ) -> None:
     out = run_claude(
-        agent_bin, agent_host, tmp_path, "Run the command.", "--model", "claude-bash", "--tools", "Bash", "--allowed-tools", "Bash(echo:*)"
+        agent_bin,
+        agent_host,
+        tmp_path,
+        "Run the command.",
+        "--model",
+        "claude-bash",
+        "--tools",
+        "Bash",
+        "--allowed-tools",
+        "Bash(echo:*)",
     )
     assert out["is_error"] is False, out
     assert out["result"] == AFTER_TOOL
     assert out["num_turns"] == 2  # the call, then the answer to its result
     first, second = sessions_of(agent_host, "claude-bash", 2)[-2:]
-    assert first["outcome"] == {"kind": "completed", "finish_reason": "tool_calls", "ignored": first["outcome"]["ignored"]}
+    assert first["outcome"] == {
+        "kind": "completed",
+        "finish_reason": "tool_calls",
+        "ignored": first["outcome"]["ignored"],
+    }
     assert second["outcome"]["kind"] == "completed" and second["outcome"]["finish_reason"] != "tool_calls"
 
 
@@ -239,8 +269,16 @@ async def test_every_turn_shows_in_the_console_with_what_it_skipped(
         await until(pilot, lambda: app.main.status.connection == "connected", "connected")
         out = await anyio.to_thread.run_sync(
             lambda: run_claude(
-                agent_bin, agent_host, tmp_path, "Run the command.", "--model", "claude-bash",
-                "--tools", "Bash", "--allowed-tools", "Bash(echo:*)",
+                agent_bin,
+                agent_host,
+                tmp_path,
+                "Run the command.",
+                "--model",
+                "claude-bash",
+                "--tools",
+                "Bash",
+                "--allowed-tools",
+                "Bash(echo:*)",
             )
         )
         assert out["result"] == AFTER_TOOL

@@ -93,24 +93,41 @@ def test_a_system_turn_mid_conversation_is_served(server: RunningHost) -> None:
 def test_context_editing_clears_old_tool_results_before_the_prompt_renders(server: RunningHost) -> None:
     turns: list[dict[str, Any]] = []
     for i in range(4):
-        turns.append({"role": "user", "content": f"Look up item {i}."} if i == 0 else {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i - 1}", "content": "result " * 200}],
-        })
         turns.append(
-            {"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": "lookup", "input": {"i": i}}]}
+            {"role": "user", "content": f"Look up item {i}."}
+            if i == 0
+            else {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"toolu_{i - 1}", "content": "result " * 200}
+                ],
+            }
         )
-    turns.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_3", "content": "done"}]})
+        turns.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": "lookup", "input": {"i": i}}],
+            }
+        )
+    turns.append(
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_3", "content": "done"}]}
+    )
     body = {
         "model": "tiny",
         "messages": turns,
         "tools": [{"name": "lookup", "input_schema": {"type": "object"}}],
     }
-    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 2}, "keep": {"type": "tool_uses", "value": 1}}
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": 2},
+        "keep": {"type": "tool_uses", "value": 1},
+    }
     with anthropic.Anthropic(base_url=server.url, api_key="unused") as client:
         whole = client.post("/v1/messages/count_tokens", body=body, cast_to=object)
         edited = client.post(
-            "/v1/messages/count_tokens", body={**body, "context_management": {"edits": [edit]}}, cast_to=object
+            "/v1/messages/count_tokens",
+            body={**body, "context_management": {"edits": [edit]}},
+            cast_to=object,
         )
     assert isinstance(whole, dict) and isinstance(edited, dict)
     # Three results of 200 words each were cleared: the prompt is hundreds of tokens shorter.
@@ -140,18 +157,31 @@ def test_a_prompt_that_alone_does_not_fit_is_still_refused(server: RunningHost) 
 
 def test_a_namespace_tools_function_is_called_by_its_name_and_namespace(server: RunningHost) -> None:
     # An argument that can only be one value: the random model's call is short and whole.
-    schema = {"type": "object", "properties": {"q": {"enum": ["Ada"]}}, "required": ["q"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"q": {"enum": ["Ada"]}},
+        "required": ["q"],
+        "additionalProperties": False,
+    }
     lookup = {"type": "function", "name": "lookup", "parameters": schema, "strict": True}
     tools: Any = [{"type": "namespace", "name": "crm", "description": "Customer records.", "tools": [lookup]}]
     with server.client() as client:
-        first = client.responses.create(model="tiny", input="Find Ada.", tools=tools, tool_choice="required", max_output_tokens=64)
+        first = client.responses.create(
+            model="tiny", input="Find Ada.", tools=tools, tool_choice="required", max_output_tokens=64
+        )
         (call,) = [item for item in first.output if item.type == "function_call"]
         assert (call.name, call.namespace) == ("lookup", "crm")
         following = client.responses.create(
             model="tiny",
             input=[
                 {"role": "user", "content": "Find Ada."},
-                {"type": "function_call", "call_id": call.call_id, "name": "lookup", "namespace": "crm", "arguments": call.arguments},
+                {
+                    "type": "function_call",
+                    "call_id": call.call_id,
+                    "name": "lookup",
+                    "namespace": "crm",
+                    "arguments": call.arguments,
+                },
                 {"type": "function_call_output", "call_id": call.call_id, "output": "Ada Lovelace, London."},
             ],
             tools=tools,

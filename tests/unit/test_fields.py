@@ -119,9 +119,16 @@ def test_skipped_fields_in_every_message_are_all_taken_out() -> None:
     turns = []
     for i in range(SKIP_PASSES * 2):
         role = "user" if i % 2 == 0 else "assistant"
-        turns.append({"role": role, "content": [{"type": "text", "text": f"turn {i}", "cache_control": {"type": "ephemeral"}}]})
+        turns.append(
+            {
+                "role": role,
+                "content": [{"type": "text", "text": f"turn {i}", "cache_control": {"type": "ephemeral"}}],
+            }
+        )
     turns.append({"role": "user", "content": "last"})
-    body, skipped = parse(MessagesRequest, {"model": "m", "max_tokens": 5, "messages": turns, "speed": "fast"})
+    body, skipped = parse(
+        MessagesRequest, {"model": "m", "max_tokens": 5, "messages": turns, "speed": "fast"}
+    )
     assert len(body.messages) == len(turns)
     assert sorted(skipped.names) == ["messages.content.cache_control", "speed"]
 
@@ -137,7 +144,10 @@ def test_a_large_body_is_checked_by_shape_with_the_same_policy() -> None:
 
 def test_hosted_tools_are_skipped_and_unknown_tool_types_refused() -> None:
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-    tools = [{"type": "web_search_20250305", "name": "web_search"}, {"name": "f", "input_schema": {"type": "object"}}]
+    tools = [
+        {"type": "web_search_20250305", "name": "web_search"},
+        {"name": "f", "input_schema": {"type": "object"}},
+    ]
     parsed, skipped = parse(MessagesRequest, {**body, "tools": tools})
     conversation = messages_conversation(parsed, skipped)
     assert [t.name for t in conversation.tools] == ["f"]
@@ -171,7 +181,9 @@ def test_the_readmes_table_names_the_fields_each_dialect_skips() -> None:
     models = {"Chat Completions": ("chat", ChatCompletionRequest), "Completions": ("completions", CompletionRequest),
               "Responses": ("responses", ResponsesRequest), "Messages": ("messages", MessagesRequest)}  # fmt: skip
     for row, (dialect, model) in models.items():
-        skipped = set(table[dialect]["fields"][""]) - set(model.model_fields) - REFUSED.get(dialect, frozenset())
+        skipped = (
+            set(table[dialect]["fields"][""]) - set(model.model_fields) - REFUSED.get(dialect, frozenset())
+        )
         shown = set(re.findall(r"`([a-z_]+)`", rows[row][2]))
         assert shown == skipped, row
         refused = set(re.findall(r"`([a-z_]+)`", rows[row][3]))
