@@ -433,7 +433,7 @@ class Settings:
     )
     max_body_bytes: int = _option(4 * 1024 * 1024, _integer(1024), "largest request body")
     default_max_tokens: int = _option(512, _integer(1), "max_tokens when a request sets none")
-    max_tokens_limit: int = _option(8192, _integer(1), "largest max_tokens a request may ask")
+    max_tokens_limit: int = _option(8192, _integer(1), "most tokens one answer may have (more asked is clamped)")
     max_batch: int = _option(32, _integer(1, 1024), "sequences decoded together in one step")
     prefill_batch: int = _option(8, _integer(1, 1024), "prompts prefilled together")
     prefill_step: int = _option(2048, _integer(16), "prompt tokens per prefill chunk")
