@@ -188,3 +188,21 @@ def test_the_readmes_table_names_the_fields_each_dialect_skips() -> None:
         assert shown == skipped, row
         refused = set(re.findall(r"`([a-z_]+)`", rows[row][3]))
         assert refused == set(REFUSED.get(dialect, ())), row
+
+
+def test_a_body_with_skipped_fields_everywhere_is_validated_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validate = MessagesRequest.model_validate_json
+    calls: list[int] = []
+
+    def counting(data: Any) -> Any:
+        calls.append(len(data))
+        return validate(data)
+
+    monkeypatch.setattr(MessagesRequest, "model_validate_json", counting)
+    block = {"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": [block]} for i in range(2001)]
+    body, skipped = parse(MessagesRequest, {"model": "m", "max_tokens": 5, "messages": turns})
+    assert len(body.messages) == 2001 and skipped.names == ["messages.content.cache_control"]
+    assert len(calls) <= 1 + SKIP_PASSES
