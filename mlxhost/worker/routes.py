@@ -360,6 +360,10 @@ def _generation_request(
     max_tokens = min(requested or settings.default_max_tokens, settings.max_tokens_limit)
     if context is not None:
         max_tokens = min(max_tokens, context - len(prompt))
+    if thinking_budget is not None and thinking_budget.tokens >= max_tokens:
+        # A budget the answer cannot reach needs no processor: one row with a processor takes
+        # the whole batch through mlx-lm's per-row logits path at every step.
+        thinking_budget = None
     sampling = SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,

@@ -41,6 +41,16 @@ CODEX = "@openai/codex@0.171.0"
 CLI_TIMEOUT = 300
 HELLO_TEXT = HELLO.first[0]
 AFTER_TOOL = CLAUDE_CODE_BASH.after[0]
+# A turn in which the claude-bash model calls Bash, and Claude Code may run what it calls.
+BASH_TURN = (
+    "Run the command.",
+    "--model",
+    "claude-bash",
+    "--tools",
+    "Bash",
+    "--allowed-tools",
+    "Bash(echo:*)",
+)
 
 
 @pytest.fixture(scope="session")
@@ -211,18 +221,7 @@ def test_the_readme_serve_command_serves_the_agent_demo_under_claude_names() -> 
 def test_claude_code_runs_a_tool_the_model_calls_and_sends_back_its_result(
     agent_bin: Path, agent_host: RunningHost, tmp_path: Path
 ) -> None:
-    out = run_claude(
-        agent_bin,
-        agent_host,
-        tmp_path,
-        "Run the command.",
-        "--model",
-        "claude-bash",
-        "--tools",
-        "Bash",
-        "--allowed-tools",
-        "Bash(echo:*)",
-    )
+    out = run_claude(agent_bin, agent_host, tmp_path, *BASH_TURN)
     assert out["is_error"] is False, out
     assert out["result"] == AFTER_TOOL
     assert out["num_turns"] == 2  # the call, then the answer to its result
@@ -267,20 +266,7 @@ async def test_every_turn_shows_in_the_console_with_what_it_skipped(
     app = make_app(Target(url=agent_host.url, token=agent_host.admin_token))
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.main.status.connection == "connected", "connected")
-        out = await anyio.to_thread.run_sync(
-            lambda: run_claude(
-                agent_bin,
-                agent_host,
-                tmp_path,
-                "Run the command.",
-                "--model",
-                "claude-bash",
-                "--tools",
-                "Bash",
-                "--allowed-tools",
-                "Bash(echo:*)",
-            )
-        )
+        out = await anyio.to_thread.run_sync(lambda: run_claude(agent_bin, agent_host, tmp_path, *BASH_TURN))
         assert out["result"] == AFTER_TOOL
         turns = sessions_of(agent_host, "claude-bash", 2)[-2:]
         for turn in turns:
