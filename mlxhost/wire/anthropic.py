@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from mlxhost.wire.openai import MAX_MESSAGES, MAX_TOOLS, JSONSchema, MaxTokens, StopString, register_schema
+from mlxhost.wire.openai import MAX_TOOLS, JSONSchema, MaxTokens, StopString
+from mlxhost.wire.parsing import MAX_MESSAGES, register_schema
 
 __all__ = [
     "ClearThinking",
@@ -96,7 +97,7 @@ class RedactedThinkingBlock(_Strict):
     data: str
 
 
-# Tags are not field names, so that an error's `param` leaves them out (see openai._param).
+# Tags are not field names, so that an error's `param` leaves them out (see parsing._param).
 _BLOCK_TAGS = {
     "text": "text_block",
     "tool_use": "tool_use_block",

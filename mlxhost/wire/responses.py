@@ -17,14 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from mlxhost.wire.openai import (
-    MAX_MESSAGES,
-    MAX_TOOLS,
-    FunctionName,
-    JSONSchema,
-    MaxTokens,
-    register_schema,
-)
+from mlxhost.wire.openai import MAX_TOOLS, FunctionName, JSONSchema, MaxTokens
+from mlxhost.wire.parsing import MAX_MESSAGES, register_schema
 
 __all__ = [
     "FunctionCallItem",

@@ -4,30 +4,25 @@ A Messages body becomes a `Conversation` (conversation.py) as a chat body does; 
 differ. Anthropic keeps a turn's parts as typed blocks, so a user turn that answers tool calls
 (`tool_result` blocks) becomes one `tool` message per result, then a user message with the turn's
 text; an assistant turn's `tool_use` blocks become its `tool_calls`, its `thinking` blocks its
-`reasoning_content`. The answer is written back as blocks too: thinking, text, then one
-`tool_use` block per call, whole or as Anthropic's stream of block events.
+`reasoning_content`. The answer is written back as blocks too (messages_writer.py).
 
 What mlxhost cannot do is refused with a 400 naming the field, never dropped: image and document
 blocks, and a final assistant turn to be continued (prefill), which chat templates cannot render.
 Anthropic's server tools (web search) run on Anthropic's side: they are skipped and named in the
-answer's `x-mlxhost-ignored` header. Context editing (`context_management`) is done here, on the
-conversation before it renders: old thinking and old tool results are cleared as Anthropic would.
+answer's `x-mlxhost-ignored` header. Context editing (`context_management`) is done on the
+conversation before it renders (context_edits.py).
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxhost.wire.anthropic import (
-    ClearThinking,
-    ClearToolUses,
     CountTokensRequest,
     CustomTool,
     InputMessage,
@@ -38,18 +33,15 @@ from mlxhost.wire.anthropic import (
     ThinkingEnabled,
     ToolResultBlock,
     ToolUseBlock,
-    ToolUses,
     UnsupportedBlock,
-    UnsupportedEdit,
 )
 from mlxhost.wire.anthropic import ToolChoice as ToolChoiceBody
-from mlxhost.wire.chunks import AnswerFinish, Delta, ToolCall
-from mlxhost.wire.dialect import Dialect, sse_error, sse_event
-from mlxhost.wire.errors import APIError, InvalidRequest
-from mlxhost.wire.inert import excerpt
+from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.fields import Skipped, known_type
-from mlxhost.wire.openai import parse_body, too_long
-from mlxhost.worker.answer import Answer, Serving, respond
+from mlxhost.wire.inert import excerpt
+from mlxhost.wire.parsing import parse_body, too_long
+from mlxhost.worker.answer import Serving, respond
+from mlxhost.worker.context_edits import apply_edits, clear_tool_uses, token_trigger
 from mlxhost.worker.conversation import (
     Conversation,
     OutputFormat,
@@ -60,7 +52,7 @@ from mlxhost.worker.conversation import (
     prepare,
     tool_call_message,
 )
-from mlxhost.worker.output import Output
+from mlxhost.worker.messages_writer import MessagesWriter
 from mlxhost.worker.routes import (
     GenerationSettings,
     _check_characters,
@@ -70,7 +62,7 @@ from mlxhost.worker.routes import (
     serving,
 )
 
-__all__ = ["MessagesWriter", "count_tokens", "messages", "messages_conversation"]
+__all__ = ["count_tokens", "messages", "messages_conversation"]
 
 # Text blocks of one turn are separate paragraphs to the client (a reminder, then the question):
 # joined so, they stay apart in the one string chat templates take.
@@ -161,7 +153,7 @@ def messages_conversation(body: CountTokensRequest, skipped: Skipped | None = No
             )
         out.append(_assistant_turn(message, f"messages[{i}]", names))
     if body.context_management is not None:
-        _apply_edits(out, body.context_management.edits or (), skipped, names)
+        apply_edits(out, body.context_management.edits or (), skipped, names)
     choice, parallel = _tool_choice(body.tool_choice)
     # Adaptive thinking leaves it to the model whether to think: a local model that can, may,
     # within the budget its effort maps to (Anthropic's default effort is high).
@@ -195,65 +187,6 @@ def messages_conversation(body: CountTokensRequest, skipped: Skipped | None = No
 
 def _system_text(message: InputMessage, param: str) -> str:
     return _texts(message.content, param, "system")
-
-
-# What a cleared tool result says instead, so the model knows something was there.
-CLEARED_RESULT = "[tool result cleared to save context]"
-DEFAULT_KEEP_TOOL_USES = 3  # Anthropic's defaults for clear_tool_uses_20250919
-DEFAULT_TRIGGER_TOKENS = 100_000
-
-
-def _apply_edits(
-    messages: list[dict[str, Any]], edits: Sequence[Any], skipped: Skipped, names: dict[str, str]
-) -> None:
-    """Anthropic's context editing, made on the conversation before it renders. The token
-    trigger of clear_tool_uses is checked against the rendered prompt, in `_prepare`."""
-    for edit in edits:
-        if isinstance(edit, ClearThinking):
-            keep = 1 if edit.keep is None else None if edit.keep == "all" else edit.keep.value
-            if keep is not None:
-                turns = [m for m in messages if m["role"] == "assistant" and "reasoning_content" in m]
-                for message in turns[: max(0, len(turns) - keep)]:
-                    del message["reasoning_content"]
-        elif isinstance(edit, ClearToolUses):
-            if isinstance(edit.trigger, ToolUses):
-                results = sum(1 for m in messages if m["role"] == "tool")
-                if results > edit.trigger.value:
-                    clear_tool_uses(messages, edit)
-        elif isinstance(edit, UnsupportedEdit):
-            if not known_type("messages", "edits", edit.type):
-                raise InvalidRequest(
-                    f"context_management.edits: '{excerpt(edit.type)}' is no context edit of the "
-                    "Messages API",
-                    param="context_management.edits",
-                )
-            skipped.add(f"context_management.edits.{edit.type}")
-
-
-def clear_tool_uses(messages: list[dict[str, Any]], edit: ClearToolUses) -> None:
-    """Replace all but the last `keep` tool results (and, if asked, their calls' inputs)."""
-    keep = edit.keep.value if edit.keep is not None else DEFAULT_KEEP_TOOL_USES
-    excluded = set(edit.exclude_tools or ())
-    results = [m for m in messages if m["role"] == "tool" and m.get("name") not in excluded]
-    cleared = {m["tool_call_id"] for m in results[: max(0, len(results) - keep)]}
-    for message in results[: max(0, len(results) - keep)]:
-        message["content"] = CLEARED_RESULT
-    inputs = edit.clear_tool_inputs
-    if not inputs:
-        return
-    for message in messages:
-        for call in message.get("tool_calls", ()):
-            function = call["function"]
-            if call["id"] in cleared and (inputs is True or function["name"] in inputs):
-                function["arguments"] = {}
-
-
-def token_trigger(body: CountTokensRequest) -> tuple[int, ClearToolUses] | None:
-    """The prompt length past which a clear_tool_uses edit applies, when it counts tokens."""
-    for edit in body.context_management.edits or () if body.context_management else ():
-        if isinstance(edit, ClearToolUses) and not isinstance(edit.trigger, ToolUses):
-            return (edit.trigger.value if edit.trigger is not None else DEFAULT_TRIGGER_TOKENS), edit
-    return None
 
 
 def _user_turn(message: InputMessage, param: str, names: dict[str, str]) -> list[dict[str, Any]]:
@@ -365,143 +298,3 @@ def _tool_choice(choice: ToolChoiceBody | None) -> tuple[ToolChoice, bool]:
     if choice.type == "tool":
         return ToolChoice("named", choice.name), parallel
     return ToolChoice("auto"), parallel
-
-
-@dataclass
-class MessagesWriter:
-    """A generation as Anthropic writes a message: whole, or as its stream of block events."""
-
-    model: str
-    prompt_tokens: int
-    id: str = field(default_factory=lambda: f"msg_{uuid.uuid4().hex[:24]}")
-    _open: str | None = None  # the kind of block being streamed ("thinking" or "text"), if one is
-    _blocks: int = 0  # blocks started so far: each has its index
-
-    def opening(self) -> Iterable[bytes]:
-        # How much of the prompt the cache served is known once the generation starts: the
-        # message_delta at the end tells the split (its usage replaces this one's).
-        usage = _usage(self.prompt_tokens, Delta())
-        start = {"type": "message_start", "message": self._message([], None, None, usage)}
-        return [sse_event(start), sse_event({"type": "ping"})]
-
-    def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
-        frames = []
-        if out.reasoning:
-            frames += self._into("thinking", {"type": "thinking_delta", "thinking": out.reasoning})
-        if out.content:
-            frames += self._into("text", {"type": "text_delta", "text": out.content})
-        for call in out.tool_calls:
-            frames += self._close()
-            block = _tool_use(call)
-            arguments = json.dumps(block["input"], ensure_ascii=False)
-            frames.append(self._start({**block, "input": {}}))
-            frames.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
-            frames.append(sse_event({"type": "content_block_stop", "index": self._blocks - 1}))
-        return frames
-
-    def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
-        reason, sequence = _stop_reason(final, finish)
-        ending = {
-            "type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": _usage(self.prompt_tokens, final),
-        }
-        return [*self._close(), sse_event(ending), sse_event({"type": "message_stop"})]
-
-    def failure(self, error: APIError) -> Iterable[bytes]:
-        return [sse_error(error, Dialect.MESSAGES)]
-
-    def whole(self, answer: Answer) -> dict[str, Any]:
-        out = answer.output
-        content: list[dict[str, Any]] = []
-        if out.reasoning:
-            content.append({"type": "thinking", "thinking": out.reasoning, "signature": ""})
-        if out.content:
-            content.append({"type": "text", "text": out.content})
-        content += [_tool_use(call) for call in out.tool_calls]
-        reason, sequence = _stop_reason(answer.final, answer.finish)
-        return self._message(content, reason, sequence, _usage(self.prompt_tokens, answer.final))
-
-    def _message(
-        self, content: list[dict[str, Any]], reason: str | None, sequence: str | None, usage: dict[str, int]
-    ) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": content,
-            "stop_reason": reason,
-            "stop_sequence": sequence,
-            "usage": usage,
-        }
-
-    def _into(self, kind: str, delta: dict[str, Any]) -> list[bytes]:
-        """`delta` in a block of `kind`: the open one, or a new one after closing another."""
-        frames = []
-        if self._open != kind:
-            frames += self._close()
-            empty = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else None
-            frames.append(self._start(empty or {"type": "text", "text": ""}))
-            self._open = kind
-        frames.append(self._delta(delta))
-        return frames
-
-    def _close(self) -> list[bytes]:
-        if self._open is None:
-            return []
-        frames = []
-        if self._open == "thinking":
-            # Anthropic signs its thinking so that it can be handed back unchanged; nothing here
-            # checks a signature, so it is empty.
-            frames.append(self._delta({"type": "signature_delta", "signature": ""}))
-        self._open = None
-        return [*frames, sse_event({"type": "content_block_stop", "index": self._blocks - 1})]
-
-    def _start(self, block: dict[str, Any]) -> bytes:
-        self._blocks += 1
-        return sse_event({"type": "content_block_start", "index": self._blocks - 1, "content_block": block})
-
-    def _delta(self, delta: dict[str, Any]) -> bytes:
-        return sse_event({"type": "content_block_delta", "index": self._blocks - 1, "delta": delta})
-
-
-def _tool_use(call: ToolCall) -> dict[str, Any]:
-    try:
-        arguments = json.loads(call.arguments)
-    except ValueError:
-        arguments = None
-    # Anthropic's input is always an object; a call whose arguments are not one (only a model not
-    # held by a grammar writes such) has no input the client could use.
-    return {
-        "type": "tool_use",
-        "id": _tool_use_id(call.id),
-        "name": call.name,
-        "input": arguments if isinstance(arguments, dict) else {},
-    }
-
-
-def _tool_use_id(call_id: str) -> str:
-    return call_id if call_id.startswith("toolu_") else f"toolu_{call_id.removeprefix('call_')}"
-
-
-def _stop_reason(final: Delta, finish: AnswerFinish) -> tuple[str, str | None]:
-    """Anthropic's stop_reason, and the stop sequence that ended the message if one did."""
-    if finish == "tool_calls":
-        return "tool_use", None
-    if finish == "length":
-        return "max_tokens", None
-    if final.stop_sequence is not None:
-        return "stop_sequence", final.stop_sequence
-    return "end_turn", None
-
-
-def _usage(prompt_tokens: int, final: Delta) -> dict[str, int]:
-    # Anthropic counts the prompt tokens read from its cache apart from input_tokens.
-    cached = final.cached_tokens
-    return {
-        "input_tokens": prompt_tokens - cached,
-        "output_tokens": final.completion_tokens,
-        "cache_read_input_tokens": cached,
-        "cache_creation_input_tokens": 0,
-    }

@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlxhost.wire.errors import InvalidRequest
+from mlxhost.wire.fields import Skipped, known_type
 from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 from mlxhost.wire.inert import excerpt
-from mlxhost.wire.fields import Skipped, known_type
-from mlxhost.wire.openai import parse_body, too_long
+from mlxhost.wire.parsing import parse_body, too_long
 from mlxhost.wire.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,

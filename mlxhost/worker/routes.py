@@ -29,9 +29,8 @@ from mlxhost.wire.openai import (
     CompletionRequest,
     JSONObjectFormat,
     JSONSchemaFormat,
-    parse_body,
-    too_long,
 )
+from mlxhost.wire.parsing import parse_body, too_long
 from mlxhost.worker.answer import Answer, Serving, respond_choices, shutting_down
 from mlxhost.worker.conversation import (
     Conversation,

@@ -20,10 +20,11 @@ from anthropic.types import Message, ToolUseBlock
 from mlxhost.testing import RunningHost
 from mlxhost.wire.anthropic import CountTokensRequest
 from mlxhost.wire.chunks import Delta, ToolCall
-from mlxhost.wire.openai import parse_body
+from mlxhost.wire.parsing import parse_body
 from mlxhost.worker.answer import Answer, shutting_down
 from mlxhost.worker.conversation import ToolChoice
-from mlxhost.worker.messages import MessagesWriter, messages_conversation
+from mlxhost.worker.messages import messages_conversation
+from mlxhost.worker.messages_writer import MessagesWriter
 from mlxhost.worker.output import Output
 
 HELLO: list[Any] = [{"role": "user", "content": "Tell me about café culture in 日本 🙂"}]

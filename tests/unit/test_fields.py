@@ -8,9 +8,9 @@ type kept): a newer CLI that adds a field shows up here first, as a 400 that nam
 from __future__ import annotations
 
 import copy
-import re
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +21,8 @@ import pytest
 from mlxhost.wire.anthropic import MessagesRequest
 from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.fields import Skipped, known_field, known_type
-from mlxhost.wire.openai import SKIP_PASSES, ChatCompletionRequest, parse_body
+from mlxhost.wire.openai import ChatCompletionRequest
+from mlxhost.wire.parsing import SKIP_PASSES, parse_body
 from mlxhost.wire.responses import ResponsesRequest
 from mlxhost.worker.messages import messages_conversation
 from mlxhost.worker.responses import _refuse_unsupported, responses_conversation

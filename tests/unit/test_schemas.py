@@ -7,6 +7,7 @@ import typing
 from pydantic import BaseModel
 
 from mlxhost.wire import openai as schemas
+from mlxhost.wire import parsing
 
 
 def _inner(annotation: object) -> list[object]:
@@ -32,6 +33,6 @@ def test_the_shape_check_knows_every_nested_object_and_list_field() -> None:
                 pending.append(objects[0])
             if any(typing.get_origin(t) is list for t in types):
                 lists.add(name)
-    ours = {key: value for key, value in schemas._NESTED.items() if key[0].__module__ == schemas.__name__}
+    ours = {key: value for key, value in parsing._NESTED.items() if key[0].__module__ == schemas.__name__}
     assert nested == ours
-    assert lists <= schemas._LISTS
+    assert lists <= parsing._LISTS
