@@ -23,6 +23,8 @@ from pathlib import Path
 
 import anyio
 
+from mlxhost.runtime.children import python_module
+
 __all__ = [
     "BACKENDS",
     "SHARDINGS",
@@ -143,12 +145,12 @@ def launch_command(group: GroupSpec, port: int, worker: list[str] | None = None)
     else:
         command += ["--hosts", ",".join(group.hosts), "--repeat-hosts", str(group.ranks // len(group.hosts))]
     command += ["--starting-port", str(port), "--python", sys.executable, "--"]
-    return command + (worker or ["-m", "mlxhost.worker"])
+    return command + (worker or python_module("mlxhost.worker")[1:])
 
 
 async def check_sharding(model_path: Path, group: GroupSpec) -> None:
     """InvalidGroup naming 'sharding' when the model's architecture cannot be split that way."""
-    command = [sys.executable, "-m", "mlxhost.worker.sharding", str(model_path), group.sharding]
+    command = python_module("mlxhost.worker.sharding", str(model_path), group.sharding)
     done = await anyio.run_process(command, check=False)
     if done.returncode == 0:
         return

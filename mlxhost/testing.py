@@ -167,6 +167,7 @@ def start_host(
     tcp: bool = True,
     timeout: float = 60.0,
     new_session: bool = False,  # its own session and process group, as a terminal's foreground job
+    cwd: Path | None = None,  # the operator's working directory
 ) -> RunningHost:
     """Run `mlxhost serve ARGS` and return it once it serves.
 
@@ -174,7 +175,8 @@ def start_host(
     `tcp`, a temporary `--state-dir` unless ARGS name one, and `--standby-workers 0` unless ARGS
     name a count. Raises RuntimeError, with the host's log, if it exits or `timeout` passes first.
     """
-    command = [sys.executable, "-m", "mlxhost", "serve", *args]
+    # `-P`: as the `mlxhost` console script, whose `sys.path` starts at its own folder, not the cwd.
+    command = [sys.executable, "-P", "-m", "mlxhost", "serve", *args]
     admin_token = _admin_token(args)
     if admin_token is None:
         admin_token = ADMIN_TOKEN
@@ -203,6 +205,7 @@ def start_host(
             text=True,
             env={**os.environ, **(env or {}), READY_FILE_ENV: str(ready_file)},
             start_new_session=new_session,
+            cwd=cwd,
         )
         log: list[str] = []
         reader = threading.Thread(target=_read_into, args=(process, log), daemon=True)

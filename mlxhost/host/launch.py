@@ -8,7 +8,6 @@ not a worker at all), and no retry would change that.
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import anyio
 import anyio.abc
 
 from mlxhost.config import ModelSpec, Settings
+from mlxhost.runtime.children import python_module
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import PROTOCOL_VERSION, LaunchRecord, ReadyLine
 from mlxhost.wire.layout import state_dir
@@ -48,7 +48,7 @@ def worker_command(settings: Settings) -> list[str]:
         if not command:
             raise ValueError("worker_command is empty")
         return command
-    return [sys.executable, "-m", "mlxhost.worker"]
+    return python_module("mlxhost.worker")
 
 
 def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket: Path) -> LaunchRecord:

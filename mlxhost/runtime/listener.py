@@ -62,6 +62,10 @@ class Listener:
         # Listen now, not when Hypercorn gets to it: a client that connects as soon as we say
         # "ready" waits in the backlog instead of being refused.
         for sock in self._sockets.insecure_sockets:
+            # Hypercorn makes its sockets inheritable (for its own worker processes), and uvloop's
+            # spawn does not close them: every worker and job would hold our port open after we die,
+            # where nobody accepts, and a restart would find it in use.
+            sock.set_inheritable(False)
             sock.listen(self.config.backlog)
         self.addresses = [describe(s) for s in self._sockets.insecure_sockets]
 

@@ -124,7 +124,7 @@ def test_lines_that_are_not_protocol_are_log_lines(line: str) -> None:
 
 
 def test_the_worker_command_is_this_python_unless_configured() -> None:
-    assert worker_command(Settings()) == [sys.executable, "-m", "mlxhost.worker"]
+    assert worker_command(Settings()) == [sys.executable, "-P", "-m", "mlxhost.worker"]
     configured = Settings(worker_command="/opt/py -X dev 'my worker.py' --flag")
     assert worker_command(configured) == ["/opt/py", "-X", "dev", "my worker.py", "--flag"]
     with pytest.raises(ValueError, match="empty"):

@@ -58,7 +58,7 @@ def test_a_hostfile_in_mlx_launchs_format(tmp_path: Path) -> None:
     assert group is not None and group.backend == "ring" and not group.local  # the file's backend
     command = launch_command(group, 5000)
     assert command[command.index("--hostfile") + 1] == str(hostfile)
-    assert command[-3:] == ["--", "-m", "mlxhost.worker"] and sys.executable in command
+    assert command[-4:] == ["--", "-P", "-m", "mlxhost.worker"] and sys.executable in command
     with pytest.raises(InvalidGroup, match="lists 2 hosts, one per rank, but 'ranks' is 3"):
         group_spec({"ranks": 3, "hostfile": str(hostfile)})
 

@@ -17,13 +17,14 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import IO
 
 import anyio
 import anyio.abc
 import psutil
+
+from mlxhost.runtime.children import python_module
 
 __all__ = ["JobProcess", "process_alive"]
 
@@ -45,7 +46,7 @@ class JobProcess:
         output = output_path.open("ab")
         try:
             process = await anyio.open_process(
-                [sys.executable, "-m", "mlxhost.job", str(spec_path)],
+                python_module("mlxhost.job", str(spec_path)),
                 stdin=subprocess.PIPE,
                 stdout=output,
                 stderr=subprocess.STDOUT,
