@@ -25,6 +25,7 @@ from mlxhost.job import (
     EXIT_PARENT_GONE,
     EXIT_SUCCEEDED,
     PARENT_GONE,
+    JobError,
 )
 from mlxhost.testing import wait_until
 from mlxhost.wire.admin.jobs import JobLogEvent, JobProgress, LaunchedJob, parse_log_line
@@ -283,12 +284,20 @@ GOOD = json.dumps(chat(1))
     ("train", "valid", "error"),
     [
         (None, [GOOD] * 4, "no train.jsonl in "),
-        ([GOOD, GOOD, '{"messages": [', GOOD], [GOOD] * 4, "train.jsonl:3: not JSON"),
+        ([GOOD, GOOD, '{"messages": [', GOOD], [GOOD] * 4, "train.jsonl line 3: not JSON"),
         ([GOOD] * 3, [GOOD] * 4, "has 3 examples, fewer than batch_size=4"),
-        ([GOOD, GOOD, "", GOOD, json.dumps({"text": "plain"})], None, "train.jsonl:5: no 'messages'"),
-        ([json.dumps({"question": "?"})] * 4, None, "train.jsonl:1: Unsupported data format"),
+        ([GOOD, GOOD, "", GOOD, json.dumps({"text": "plain"})], None, "train.jsonl line 5: no 'messages'"),
+        ([json.dumps({"question": "?"})] * 4, None, "train.jsonl line 1: Unsupported data format"),
+        # The file grew a 2 MiB example after the host checked it: the job reads no more of it than
+        # the limit, and says so, instead of tokenizing it (a 20 MB line took a job to 3.3 GB).
+        (
+            [GOOD, json.dumps({"text": "a" * (2 << 20)}), GOOD, GOOD],
+            None,
+            "train.jsonl line 2: longer than 1,048,576 bytes",
+        ),
+        ([GOOD] * 4, [], "valid.jsonl has no examples"),
     ],
-    ids=["missing", "malformed", "too-few", "mixed-formats", "unknown-format"],
+    ids=["missing", "malformed", "too-few", "mixed-formats", "unknown-format", "too-long", "empty-valid"],
 )
 def test_a_bad_dataset_fails_naming_the_file_and_line(
     tiny_model: Path, tmp_path: Path, train: list[str] | None, valid: list[str] | None, error: str
@@ -305,6 +314,21 @@ def test_a_bad_dataset_fails_naming_the_file_and_line(
     assert failed.type == "failed"
     assert error in failed.data["error"] and "\n" not in failed.data["error"]
     assert not job.output.exists() and not job.partial.exists()
+
+
+def test_the_job_reads_a_dataset_as_the_host_checked_it(tmp_path: Path) -> None:
+    """The job's reader is the host's (`mlxhost.wire.admin.dataset_lines`): a byte order mark the host
+    accepted at submission is accepted here too, and a deeply nested line is named, not a bare
+    RecursionError."""
+    from mlxhost.job.dataset import read_lines  # imports mlx-lm
+
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{GOOD}\n\n{GOOD}\n".encode())
+    split = read_lines(path)
+    assert split.examples == [chat(1), chat(1)] and split.lines == [1, 3]
+    path.write_bytes(GOOD.encode() + b"\n" + b"[" * 100_000 + b"\n")
+    with pytest.raises(JobError, match=r"train\.jsonl line 2: nests too deeply"):
+        read_lines(path)
 
 
 def test_more_layers_than_the_model_has_fails(tiny_model: Path, dataset: Path, tmp_path: Path) -> None:
