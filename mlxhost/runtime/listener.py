@@ -25,7 +25,7 @@ from hypercorn.config import Config, Sockets
 from hypercorn.utils import wrap_app
 from starlette.types import ASGIApp
 
-__all__ = ["BindError", "Listener", "describe", "remove_socket_file", "serve_in"]
+__all__ = ["BindError", "Listener", "SocketInUse", "describe", "remove_socket_file", "serve_in"]
 
 
 class BindError(Exception):
@@ -55,10 +55,17 @@ class Listener:
         self.config.accesslog = None
         self.config.errorlog = logging.getLogger("hypercorn.error")
         self.config.graceful_timeout = graceful_timeout
+        for bind in binds:
+            if bind.startswith("unix:"):
+                _check_unix_path(Path(bind[5:]))
         try:
             self._sockets: Sockets = self.config.create_sockets()
         except OSError as exc:
-            raise BindError(f"cannot listen on {', '.join(binds)}: {exc.strerror}") from None
+            # "AF_UNIX path too long" and its like come without an errno, and so without strerror.
+            raise BindError(f"cannot listen on {', '.join(binds)}: {exc.strerror or exc}") from None
+        # What we bound, by inode: on the way out we remove our own socket file, never one that
+        # another process has put at the same path since.
+        self._own_files = {Path(b[5:]): _identity(Path(b[5:])) for b in binds if b.startswith("unix:")}
         # Listen now, not when Hypercorn gets to it: a client that connects as soon as we say
         # "ready" waits in the backlog instead of being refused.
         for sock in self._sockets.insecure_sockets:
@@ -107,9 +114,8 @@ class Listener:
                     if left:
                         logging.getLogger("mlxhost").debug("closed %d connection(s) left open past the graceful timeout", len(left))
                     await asyncio.gather(*left, return_exceptions=True)
-                for bind in self.config.bind:
-                    if bind.startswith("unix:"):
-                        remove_socket_file(Path(bind[5:]))
+                for path, identity in self._own_files.items():
+                    remove_socket_file(path, identity)
 
 
 async def _refuse(writer: asyncio.StreamWriter) -> None:
@@ -147,9 +153,55 @@ def describe(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def remove_socket_file(path: Path) -> None:
+# sun_path holds 108 bytes on Linux (104 on macOS), its terminating NUL included.
+MAX_UNIX_PATH = 107 if os.uname().sysname == "Linux" else 103
+
+
+class SocketInUse(BindError):
+    pass
+
+
+def _check_unix_path(path: Path) -> None:
+    """BindError for a path no socket can have, or one a live process is listening on.
+
+    Hypercorn removes a socket file before binding its own: without this check a second host
+    would silently take the first one's address, and the first one's exit would remove it.
+    """
+    size = len(os.fsencode(path))
+    if size > MAX_UNIX_PATH:
+        raise BindError(
+            f"cannot listen on unix:{path}: the path is {size} bytes, and a Unix socket's may be at "
+            f"most {MAX_UNIX_PATH}; choose a shorter --unix path"
+        )
     try:
-        if stat.S_ISSOCK(os.stat(path).st_mode):
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return
+    except OSError:
+        return  # nothing there (or nothing we may look at): binding will say
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return  # stale: its listener is gone, and Hypercorn will replace the file
+    finally:
+        probe.close()
+    raise SocketInUse(f"cannot listen on unix:{path}: another process is listening there (another host?)")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def remove_socket_file(path: Path, identity: tuple[int, int] | None = None) -> None:
+    """Remove the socket file at `path`; when `identity` is given, only while it is still that file."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISSOCK(st.st_mode) and (identity is None or identity == (st.st_dev, st.st_ino)):
             path.unlink()
     except FileNotFoundError:
         pass

@@ -79,9 +79,42 @@ def test_unix_socket_only(tiny_model: Path, tmp_path: Path) -> None:
         assert server.url is None
         with server.http() as http:
             assert http.get("/v1/models").status_code == 200
+        # A second host on the same path is refused, and the first one keeps its address.
+        second = run_serve("--model", str(tiny_model), "--unix", str(socket), "--no-tcp")
+        assert second.returncode != 0
+        assert f"cannot listen on unix:{socket}: another process is listening there" in second.stderr
+        with server.http() as http:
+            assert http.get("/v1/models").status_code == 200
     finally:
         assert server.stop() == 0
     assert not socket.exists()
+
+
+def test_a_host_removes_only_its_own_socket_file(tiny_model: Path, tmp_path: Path) -> None:
+    import socket as sockets
+
+    path = tmp_path / "shared.sock"
+    server = start_host("--model", str(tiny_model), "--unix", str(path), "--no-tcp", tcp=False)
+    successor = sockets.socket(sockets.AF_UNIX)
+    try:
+        # Someone else's socket now lives at the path (the host's was removed under it).
+        path.unlink()
+        successor.bind(str(path))
+        successor.listen()
+    finally:
+        assert server.stop() == 0
+    try:
+        assert path.exists(), "the host removed a socket file that was not its own"
+    finally:
+        successor.close()
+
+
+def test_a_unix_path_too_long_for_a_socket_is_refused_naming_the_option(tiny_model: Path, tmp_path: Path) -> None:
+    path = tmp_path / ("s" * 150 + ".sock")
+    result = run_serve("--model", str(tiny_model), "--unix", str(path), "--no-tcp")
+    assert result.returncode != 0
+    assert "a Unix socket's may be at most 107" in result.stderr and "--unix" in result.stderr
+    assert "None" not in result.stderr
 
 
 def test_serve_without_a_model_serves_the_demo(tmp_path: Path) -> None:
