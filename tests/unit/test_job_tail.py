@@ -7,8 +7,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mlxhost.host.jobs.tail import tail
+from mlxhost.host.jobs.tail import MAX_LINE, READ_CHUNK, TailSlots, tail, tail_batches
 from mlxhost.wire.admin.jobs import INTERRUPTED_BY_EXIT, JobLogEvent, JobRecord, JobResult, JobState
+from mlxhost.wire.errors import AdmissionRefused
 
 pytestmark = pytest.mark.anyio
 
@@ -97,3 +98,43 @@ async def test_a_corrupt_line_is_skipped_but_keeps_its_number(tmp_path: Path) ->
     log.write_text(line("started") + "{not json\n" + line("succeeded", output="/o"))
     events = await collect(log, [record(JobState.SUCCEEDED)])
     assert [(n, e.type) for n, e in events] == [(1, "started"), (3, "succeeded")]
+
+
+async def test_a_long_log_is_replayed_a_chunk_at_a_time_in_order(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    count = 40_000  # about 3 MB: a dozen chunks
+    with log.open("w") as file:
+        file.write(line("started"))
+        for i in range(count):
+            file.write(line("message", text=f"line {i} " + "x" * 40))
+        file.write(line("succeeded", output="/o"))
+    sizes = []
+    numbers: list[int] = []
+    with anyio.fail_after(30):
+        async for batch in tail_batches(log, lambda: record(JobState.SUCCEEDED)):
+            assert batch is not None
+            sizes.append(len(batch))
+            numbers.extend(n for n, _ in batch)
+    assert numbers == list(range(1, count + 3))
+    assert len(sizes) > 5 and max(sizes) * 60 < READ_CHUNK * 2  # never the whole backlog at once
+
+
+async def test_a_line_longer_than_the_limit_is_numbered_but_not_held_or_sent(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    log.write_text(line("started") + line("message", text="y" * (MAX_LINE * 2)) + line("succeeded", output="/o"))
+    events = await collect(log, [record(JobState.SUCCEEDED)])
+    assert [(n, e.type) for n, e in events] == [(1, "started"), (3, "succeeded")]
+
+
+def test_tail_slots_refuse_past_the_cap_naming_it_and_give_back_once() -> None:
+    slots = TailSlots(2)
+    first, _ = slots.take(), slots.take()
+    with pytest.raises(AdmissionRefused) as refused:
+        slots.take()
+    assert refused.value.status_code == 429 and "(2)" in refused.value.message
+    assert refused.value.headers == {"retry-after": "5"}
+    first()
+    first()  # a second call gives nothing more back
+    slots.take()
+    with pytest.raises(AdmissionRefused):
+        slots.take()
