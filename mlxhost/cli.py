@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -122,7 +123,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _serve(settings: Settings) -> None:
     from mlxhost.errors import StartupError
     from mlxhost.runtime import eventloop
+    from mlxhost.runtime.state_dir import PRIVATE_UMASK
 
+    # Before anything is created: what the host and every child it starts write is theirs alone.
+    os.umask(PRIVATE_UMASK)
     try:
         eventloop.run(serve, settings)
         if settings.in_process:  # this process loaded MLX: see exit_now

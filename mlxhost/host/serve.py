@@ -30,6 +30,7 @@ from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener, serve_in
 from mlxhost.runtime.ready import report_ready
 from mlxhost.runtime.shutdown import Shutdown
+from mlxhost.runtime.state_dir import prepare_state_dir
 from mlxhost.wire.admin import HostStarted, HostStopping
 from mlxhost.wire.layout import ADMIN_TOKEN_FILE, HOST_READY
 
@@ -71,6 +72,7 @@ async def serve_host(settings: Settings) -> None:
                 await check_sharding(paths[spec.id], spec.group)
             except InvalidGroup as exc:
                 raise StartupError(f"model '{spec.id}': {exc}") from None
+    prepare_state_dir(settings)
     try:
         listener = Listener(binds(settings), max_connections=settings.max_connections)
     except BindError as exc:

@@ -14,6 +14,7 @@ from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener
 from mlxhost.runtime.ready import report_ready
 from mlxhost.runtime.shutdown import Shutdown
+from mlxhost.runtime.state_dir import prepare_state_dir
 from mlxhost.wire.layout import HOST_READY
 from mlxhost.worker.engine import Engine
 from mlxhost.worker.serve import serve_model
@@ -29,6 +30,7 @@ async def serve_in_process(settings: Settings) -> None:
     except ConfigError as exc:
         raise StartupError(str(exc)) from None
     warn_if_exposed(settings, keys)
+    prepare_state_dir(settings)  # its prompt caches are kept there
     spec = model_specs(settings)[0]
     path = resolve_model(spec.path)
     logger.info("loading %s from %s (in-process)", spec.id, path)
