@@ -28,7 +28,7 @@ from mlxhost.host.sessions import SessionRegistry
 from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.worker_status import WorkerState
 from mlxhost.runtime.body import read_body
-from mlxhost.runtime.guard import front_door
+from mlxhost.runtime.guard import front_door, health_detail
 from mlxhost.runtime.responses import EXCEPTION_HANDLERS
 from mlxhost.wire.admin.state import client_entries
 from mlxhost.wire.errors import NotFound, ServiceUnavailable
@@ -211,13 +211,18 @@ async def health(request: Request) -> Response:
     serving = any(w.state == WorkerState.READY for w in workers)
     can_load = any(not m.resident for m in models)  # a model not loaded starts on demand
     ok = state.accepting and (serving or can_load)
+    status = "ok" if ok else ("stopping" if not state.accepting else "unavailable")
+    if not health_detail(request.scope):
+        return JSONResponse({"status": status}, status_code=200 if ok else 503)
     return JSONResponse(
         {
-            "status": "ok" if ok else ("stopping" if not state.accepting else "unavailable"),
+            "status": status,
             "workers": [w.to_json() for w in workers],
             "models": [m.to_json() for m in models],
             "admission": {model: stats.to_json() for model, stats in _admission_stats(state).items()},
             "standby": [s.to_json() for s in standby_records(state.pool)],
+            # Serving goes on when the state directory cannot be written; jobs cannot.
+            "state_dir_problem": getattr(state.jobs, "problem", None),
         },
         status_code=200 if ok else 503,
     )

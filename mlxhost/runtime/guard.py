@@ -8,6 +8,7 @@ requests the same way. In order, for each HTTP request:
     a browser Origin not in `cors_origins`     403  origin_not_allowed (cross-site requests)
     /v1 without a valid key, when keys are set 401  invalid_api_key
     /admin without the admin token (TCP)       401  invalid_admin_token
+    /health without a key, when keys are set   200  its status only (no paths, pids, sockets)
     a body that is not application/json        415  unsupported_media_type
 
 The Unix socket is exempt from the Host, Origin and credential checks: it is 0600, so only its
@@ -42,7 +43,7 @@ from mlxhost.wire.errors import (
 from mlxhost.wire.headers import CACHE_SCOPE_HEADER, INTERNAL_PREFIX, SESSION_HEADER
 from mlxhost.wire.inert import excerpt
 
-__all__ = ["FrontDoor", "api_keys", "front_door", "is_loopback", "warn_if_exposed"]
+__all__ = ["DETAIL_KEY", "FrontDoor", "api_keys", "front_door", "health_detail", "is_loopback", "warn_if_exposed"]
 
 logger = logging.getLogger("mlxhost")
 
@@ -50,6 +51,17 @@ _INTERNAL_PREFIX = INTERNAL_PREFIX.encode()
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _JSON_TYPES = (b"application/json",)
 _BODY_METHODS = frozenset({"POST"})  # the only method with a body that any route takes
+
+
+# The scope key that says whether a /health caller may see the detail (models' paths, pids,
+# sockets). A liveness answer stays open to all: load balancers probe without credentials.
+DETAIL_KEY = "mlxhost.health_detail"
+
+
+def health_detail(scope: Scope) -> bool:
+    """Whether this /health request may see more than its status. Behind no front door (a
+    worker's private socket): yes."""
+    return bool(scope.get(DETAIL_KEY, True))
 
 
 def _digest(secret: bytes) -> str:
@@ -131,7 +143,18 @@ class FrontDoor:
         kept = [(n, v) for n, v in scope["headers"] if not n.startswith(_INTERNAL_PREFIX)]
         if cache_scope:
             kept.append((CACHE_SCOPE_HEADER.encode(), cache_scope.encode()))
-        return {**scope, "headers": kept}
+        admitted = {**scope, "headers": kept}
+        if path == "/health":
+            admitted[DETAIL_KEY] = unix or not self.credentials.api_keys or self._credentialed(headers)
+        return admitted
+
+    def _credentialed(self, headers: dict[bytes, bytes]) -> bool:
+        """Whether the request carries a valid API key or the admin token."""
+        key = _presented_key(headers)
+        if key is not None and _digest(key) in self.credentials.api_keys:
+            return True
+        token = _bearer(headers.get(b"authorization"))
+        return token is not None and _digest(token) == self.credentials.admin_token
 
     def _check_host(self, host: bytes | None, port: int) -> None:
         if host is None or not (self.loopback or self.allowed_hosts):

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mlxhost.config import Settings
-from mlxhost.runtime.guard import api_keys, front_door
+from mlxhost.runtime.guard import api_keys, front_door, health_detail
 from mlxhost.runtime.responses import EXCEPTION_HANDLERS, error_response
 from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import NotFound
@@ -97,6 +97,8 @@ async def health(request: Request) -> Response:
     status = "ok" if healthy else "stopping"
     if busy > service.settings.stall_timeout:
         healthy, status = False, "stalled"
+    if not health_detail(request.scope):  # --in-process, asked on TCP without a key
+        return JSONResponse({"status": status}, status_code=200 if healthy else 503)
     return JSONResponse(
         {
             "status": status,

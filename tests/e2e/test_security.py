@@ -93,6 +93,20 @@ def test_the_unix_socket_needs_no_key(keyed: RunningHost) -> None:
         assert http.get("/admin/state").status_code == 200
 
 
+def test_health_without_a_key_says_only_whether_it_serves(keyed: RunningHost) -> None:
+    with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
+        open_answer = http.get("/health")
+        assert (open_answer.status_code, open_answer.json()) == (200, {"status": "ok"})
+        assert str(keyed.unix) not in open_answer.text
+        for headers in ({"x-api-key": KEY}, {"authorization": f"Bearer {ADMIN_TOKEN}"}):
+            detail = http.get("/health", headers=headers).json()
+            assert detail["status"] == "ok" and detail["workers"][0]["pid"] > 0
+            assert detail["workers"][0]["socket"]
+    transport = httpx.HTTPTransport(uds=str(keyed.unix))
+    with httpx.Client(base_url="http://mlxhost", transport=transport, timeout=30) as http:
+        assert http.get("/health").json()["workers"]
+
+
 def test_the_admin_api_needs_its_token_and_not_an_api_key(keyed: RunningHost) -> None:
     with httpx.Client(base_url=keyed.url or "", timeout=30) as http:
         assert http.get("/admin/state", headers={"authorization": f"Bearer {KEY}"}).status_code == 401
@@ -108,6 +122,8 @@ def test_in_process_honours_the_api_key(tiny_model: Path) -> None:
             assert http.get("/v1/models").status_code == 401
             assert http.post(CHAT, json=chat()).status_code == 401
             assert http.get("/v1/models", headers={"x-api-key": KEY}).status_code == 200
+            assert http.get("/health").json() == {"status": "ok"}
+            assert http.get("/health", headers={"x-api-key": KEY}).json()["engine"]
             assert http.get("/v1/models", headers={"host": "evil.test"}).status_code == 403
             assert http.post(CHAT, content=b"{}", headers={"x-api-key": KEY}).status_code == 415
     finally:
