@@ -4,10 +4,17 @@
 before anything is created, so that a refused submission leaves nothing behind. Each refusal is a
 400 naming the field. A path is taken from the admin API only (never from /v1), and a job writes
 only under the state directory, never where a request says.
+
+A fine-tune's dataset is read whole here, every line through the reader the job itself uses
+(`mlxhost.wire.admin.dataset_lines`), so that a file the host accepts the job accepts, and a bad
+line 900 lines down is a 400 now rather than a failed job later. That reading (hundreds of MB,
+perhaps) is done in a worker thread, in bounded memory, never on the event loop every request
+shares.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable
@@ -15,7 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from mlxhost.config import ModelSpec
+from mlxhost.wire.admin.dataset_lines import DatasetError, read_examples
 from mlxhost.wire.admin.job_requests import FinetuneRequest, FuseRequest, JobRequest, QuantizeRequest
 from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobState
 from mlxhost.wire.errors import InvalidRequest
@@ -35,7 +45,7 @@ class ResolvedJob:
     adapter_path: Path | None = None  # fuse: the fine-tune's adapters
 
 
-def resolve(
+async def resolve(
     request: JobRequest,
     find_model: Callable[[str], tuple[ModelSpec, Path] | None],
     find_job: Callable[[str], JobRecord | None],
@@ -52,7 +62,8 @@ def resolve(
         )
     options = request.options()
     if isinstance(request, FinetuneRequest):
-        options["data"] = str(_dataset(request.data))
+        data = await anyio.to_thread.run_sync(_dataset, request.data, request.batch_size)
+        options["data"] = str(data)
         layers = _config(path).get("num_hidden_layers")
         if isinstance(layers, int) and request.num_layers > layers:
             raise InvalidRequest(
@@ -95,44 +106,58 @@ def _model(name: str, find_model: Callable[[str], tuple[ModelSpec, Path] | None]
     return found
 
 
-def _dataset(data: str) -> Path:
-    path = Path(data).expanduser()
+def _dataset(data: str, batch_size: int) -> Path:
+    """The dataset directory, every line of its files read (in a worker thread: it blocks)."""
+    try:
+        path = Path(data).expanduser()
+    except RuntimeError:  # `~someone` for a user this host does not know
+        raise InvalidRequest(
+            f"data: cannot expand '{excerpt(data)}': no such user here", param="data"
+        ) from None
     if not path.is_absolute():
         raise InvalidRequest(
             f"data: '{excerpt(data)}' is a relative path; give the dataset directory's absolute path",
             param="data",
         )
-    if not path.is_dir():
-        raise InvalidRequest(f"data: no directory at '{excerpt(data)}'", param="data")
-    for name in DATASET_FILES:
-        file = path / name
-        if not file.is_file():
+    try:
+        if not path.is_dir():
+            raise InvalidRequest(f"data: no directory at '{excerpt(data)}'", param="data")
+        for name in DATASET_FILES:
+            if not (path / name).is_file():
+                raise InvalidRequest(
+                    f"data: '{excerpt(data)}' has no {name} (a fine-tune needs {' and '.join(DATASET_FILES)})",
+                    param="data",
+                )
+        for name in DATASET_FILES:
+            _examples(path / name, batch_size)
+        return path.resolve()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
             raise InvalidRequest(
-                f"data: '{excerpt(data)}' has no {name} (a fine-tune needs {' and '.join(DATASET_FILES)})",
+                f"data: '{excerpt(data)}' has a name too long for the filesystem (most take 255 bytes a name)",
                 param="data",
-            )
-        if not os.access(file, os.R_OK):
-            raise InvalidRequest(f"data: the host cannot read {file}", param="data")
-        _first_line(file)
-    return path.resolve()
+            ) from None
+        raise InvalidRequest(
+            f"data: cannot use '{excerpt(data)}': {exc.strerror or exc}", param="data"
+        ) from None
 
 
-def _first_line(file: Path) -> None:
-    """A malformed dataset is refused now, not minutes into the job: its first line must be a JSON object."""
+def _examples(file: Path, batch_size: int) -> None:
+    """A malformed dataset is refused now, not minutes into the job, as the job would refuse it."""
+    if not os.access(file, os.R_OK):
+        raise InvalidRequest(f"data: the host cannot read {file}", param="data")
+    count = 0
     try:
         with file.open("rb") as handle:
-            line = handle.readline(1 << 20)
+            for _ in read_examples(handle, str(file)):
+                count += 1
+    except DatasetError as exc:
+        raise InvalidRequest(f"data: {exc}", param="data") from None
     except OSError as exc:
-        raise InvalidRequest(f"data: cannot read {file}: {exc.strerror}", param="data") from None
-    try:
-        ok = isinstance(json.loads(line), dict)
-    except ValueError:
-        ok = False
-    if not ok:
+        raise InvalidRequest(f"data: cannot read {file}: {exc.strerror or exc}", param="data") from None
+    if count < batch_size:  # mlx-lm's batching fails on it, but only once training draws from it
         raise InvalidRequest(
-            f"data: {file.name} line 1 is not a JSON object (one example per line: "
-            '{"messages": [...]}, {"prompt": ..., "completion": ...} or {"text": ...})',
-            param="data",
+            f"data: {file} has {count} examples, fewer than batch_size={batch_size}", param="data"
         )
 
 

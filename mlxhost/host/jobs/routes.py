@@ -52,7 +52,7 @@ async def submit(request: Request) -> Response:
     runner = _runner(request)
     state = parent_state(request)
     body = await read_body(request, MAX_JOB_BODY, state.settings.body_timeout)
-    record = runner.submit(parse_job_request(body))
+    record = await runner.submit(parse_job_request(body))
     return JSONResponse(record.to_json(), status_code=202, headers={"location": f"/admin/jobs/{record.id}"})
 
 

@@ -137,9 +137,9 @@ class JobRunner:
 
     # -- for the admin routes ----------------------------------------------------------------
 
-    def submit(self, request: JobRequest) -> JobRecord:
+    async def submit(self, request: JobRequest) -> JobRecord:
         """Check, record and queue a job; raises InvalidRequest (400) or AdmissionRefused (429)."""
-        resolved = resolve(request, self._find_model, self.store.get)
+        resolved = await resolve(request, self._find_model, self.store.get)  # reads a dataset in a thread
         queued = len(self.store.in_states([JobState.QUEUED]))
         if queued >= MAX_QUEUED:
             raise AdmissionRefused(
