@@ -48,6 +48,7 @@ class Tool:
     description: str | None = None
     parameters: Mapping[str, Any] | None = None  # a JSON Schema of its arguments
     strict: bool = False  # OpenAI's strict mode: objects allow no properties they do not list
+    param: str | None = None  # the request field of its parameters, for errors
 
     def template_form(self) -> dict[str, Any]:
         """As chat templates expect a tool: OpenAI's function form."""
@@ -210,7 +211,9 @@ def _grammar_spec(engine: Engine, conversation: Conversation) -> GrammarSpec | N
         return GrammarSpec(
             kind="tool_calls",
             param=conversation.tools_param,
-            tools=tuple(ToolSpec(t.name, closed(t.parameters) if t.strict else t.parameters) for t in tools),
+            tools=tuple(
+                ToolSpec(t.name, closed(t.parameters) if t.strict else t.parameters, t.param) for t in tools
+            ),
             parallel=conversation.parallel_tool_calls,
             call_start=markers.call_start,
             call_end=markers.call_end,

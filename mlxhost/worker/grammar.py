@@ -10,7 +10,9 @@ sequences share a batch.
 
 Errors::
 
-    GrammarError  a schema or grammar that cannot be enforced; `param` names the request field
+    GrammarError  a schema or grammar that cannot be enforced, or that no output satisfies (a
+                  reference that requires itself without end, see satisfiable.py); `param` names
+                  the request field
 
 llguidance's own MLX helper applies the mask with a Metal kernel, which the CPU backend lacks;
 the mask goes through numpy and `mx.where` here instead, which both backends run.
@@ -33,6 +35,8 @@ import mlx.core as mx
 import numpy as np
 from llguidance import LLMatcher, LLParserLimits, LLTokenizer
 from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+from mlxhost.worker.satisfiable import why_unsatisfiable
 
 __all__ = ["Grammar", "GrammarError", "GrammarSpec", "Grammars", "ToolSpec", "closed"]
 
@@ -77,6 +81,7 @@ class GrammarError(Exception):
 class ToolSpec:
     name: str
     parameters: Mapping[str, Any] | None  # the function's JSON schema (None: any object)
+    param: str | None = None  # the request field of its parameters, for errors (None: the spec's)
 
 
 @dataclass(frozen=True)
@@ -225,7 +230,7 @@ class Grammars:
         except Exception as exc:  # a slow (Python) tokenizer: llguidance needs the Rust one
             self._unusable = f"this model's tokenizer cannot be used for constrained output ({exc})"
         self._lltokenizer: LLTokenizer | None = None
-        self._cache: OrderedDict[str, Grammar | str] = OrderedDict()  # str: the error message
+        self._cache: OrderedDict[str, Grammar | _Refusal] = OrderedDict()
         self._cache_size = cache_size
         # One compile at a time: the cache is only touched in that thread, and a burst of large
         # schemas queues here instead of taking every worker thread.
@@ -247,20 +252,22 @@ class Grammars:
         if cached is not None:
             self._cache.move_to_end(key)
             self.compile_seconds = 0.0
-            if isinstance(cached, str):
-                raise GrammarError(cached, spec.param)
+            if isinstance(cached, _Refusal):
+                raise cached.error(spec)
             return cached
         began = time.perf_counter()
         try:
-            result: Grammar | str = self._compile(spec, key)
+            result: Grammar | _Refusal = self._compile(spec, key)
+        except _ToolRefused as exc:
+            result = _Refusal(exc.message, exc.tool)
         except GrammarError as exc:
-            result = exc.message
+            result = _Refusal(exc.message)
         self.compile_seconds = time.perf_counter() - began
         self._cache[key] = result
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
-        if isinstance(result, str):
-            raise GrammarError(result, spec.param)
+        if isinstance(result, _Refusal):
+            raise result.error(spec)
         return result
 
     def _compile(self, spec: GrammarSpec, key: str) -> Grammar:
@@ -280,10 +287,17 @@ class Grammars:
             raise GrammarError(f"unknown kind of output: {spec.kind!r}", spec.param)
         matcher = LLMatcher(tokenizer, source, log_level=0, limits=_LIMITS)
         if matcher.is_error():
-            error = matcher.get_error()
             if spec.kind == "tool_calls":
-                error = _failing_tool(spec, tokenizer) or error
-            raise GrammarError(_message(error), spec.param)
+                _refuse_failing_tool(spec, tokenizer)
+            raise GrammarError(_message(matcher.get_error()), spec.param)
+        # llguidance's own refusals first (they say which keywords contradict each other), then
+        # what it compiles but no output can satisfy: a model would write '' or never finish.
+        if spec.kind == "json_schema":
+            if (why := why_unsatisfiable(spec.schema)) is not None:
+                raise GrammarError(why, spec.param)
+        elif spec.kind == "tool_calls":
+            _refuse_unsatisfiable_tool(spec)
+        _refuse_dead_start(matcher.deep_copy(), spec.param)
         return Grammar(matcher, tokenizer.vocab_size, self._eos)
 
     def _tokenizer(self, param: str) -> LLTokenizer:
@@ -402,9 +416,30 @@ def _tag(text: str, tokenizer: LLTokenizer) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _failing_tool(spec: GrammarSpec, tokenizer: LLTokenizer) -> str | None:
-    """The first tool whose parameters llguidance refuses on their own, as an error message."""
-    for tool in spec.tools:
+class _ToolRefused(GrammarError):
+    """A tool_calls spec refused for one tool's parameters: `tool` is its index in spec.tools."""
+
+    def __init__(self, message: str, spec: GrammarSpec, tool: int) -> None:
+        super().__init__(message, spec.tools[tool].param or spec.param)
+        self.tool = tool
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A cached refusal: the request a later hit comes from names its own fields."""
+
+    message: str
+    tool: int | None = None  # the index in spec.tools of the tool it is about
+
+    def error(self, spec: GrammarSpec) -> GrammarError:
+        if self.tool is None:
+            return GrammarError(self.message, spec.param)
+        return _ToolRefused(self.message, spec, self.tool)
+
+
+def _refuse_failing_tool(spec: GrammarSpec, tokenizer: LLTokenizer) -> None:
+    """Raise for the first tool whose parameters llguidance refuses on their own, if any."""
+    for i, tool in enumerate(spec.tools):
         parameters = {"type": "object"} if tool.parameters is None else tool.parameters
         try:
             failed, errors = LLMatcher.validate_grammar_with_warnings(
@@ -413,8 +448,24 @@ def _failing_tool(spec: GrammarSpec, tokenizer: LLTokenizer) -> str | None:
         except (TypeError, ValueError) as exc:
             failed, errors = True, [str(exc)]
         if failed:
-            return f"tool '{tool.name}': {' '.join(errors)}"
-    return None
+            raise _ToolRefused(_message(f"tool '{tool.name}': {' '.join(errors)}"), spec, i)
+
+
+def _refuse_unsatisfiable_tool(spec: GrammarSpec) -> None:
+    # Every tool, not only those the grammar could still call: a forced call to a tool that no
+    # arguments satisfy is the client's mistake, whichever tool the model would have picked.
+    for i, tool in enumerate(spec.tools):
+        if tool.parameters is not None and (why := why_unsatisfiable(tool.parameters)) is not None:
+            raise _ToolRefused(f"tool '{tool.name}': {why.replace('the schema', 'its parameters')}", spec, i)
+
+
+def _refuse_dead_start(matcher: LLMatcher, param: str) -> None:
+    """Refuse a grammar that allows no first token: generation would end at once, writing ''."""
+    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8))
+    if matcher.is_error() or not bits.any():
+        error = matcher.get_error().replace("<non-verbose/>", "")
+        why = f" (llguidance: {' '.join(error.split())[:_MAX_MESSAGE]})" if error.strip() else ""
+        raise GrammarError(f"no JSON value satisfies the schema: it allows no first token{why}", param)
 
 
 def _message(error: str) -> str:

@@ -282,7 +282,7 @@ def _tools(body: CountTokensRequest, skipped: Skipped) -> tuple[Tool, ...]:
             raise InvalidRequest(
                 f"tools[{i}].name: another tool is named '{tool.name}'", param=f"tools[{i}].name"
             )
-        tools.append(Tool(tool.name, tool.description, tool.input_schema))
+        tools.append(Tool(tool.name, tool.description, tool.input_schema, param=f"tools[{i}].input_schema"))
     return tuple(tools)
 
 

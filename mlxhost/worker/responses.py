@@ -226,7 +226,8 @@ def responses_conversation(
     if body.instructions is not None:
         messages.insert(0, {"role": "system", "content": body.instructions})
     tools = tuple(
-        Tool(name, t.description, t.parameters) for name, t in function_tools(body)
+        Tool(name, t.description, t.parameters, param=f"{field}.parameters")
+        for name, t, field in function_tools(body)
     )
     choice = body.tool_choice
     if choice is None:
@@ -262,15 +263,20 @@ def responses_conversation(
     return conversation, turn
 
 
-def function_tools(body: ResponsesRequest) -> list[tuple[str, FunctionTool]]:
+def function_tools(body: ResponsesRequest) -> list[tuple[str, FunctionTool, str]]:
     """The function tools offered to the model, by the names it calls them: a namespace tool's
-    as `namespace.name`, as the call items it answers with say them apart."""
-    out: list[tuple[str, FunctionTool]] = []
-    for tool in body.tools or ():
+    as `namespace.name`, as the call items it answers with say them apart; each with its field
+    in the request ("tools[2]", "tools[3].tools[0]"), for errors."""
+    out: list[tuple[str, FunctionTool, str]] = []
+    for i, tool in enumerate(body.tools or ()):
         if isinstance(tool, FunctionTool):
-            out.append((tool.name, tool))
+            out.append((tool.name, tool, f"tools[{i}]"))
         elif isinstance(tool, NamespaceTool):
-            out += [(f"{tool.name}.{t.name}", t) for t in tool.tools if isinstance(t, FunctionTool)]
+            out += [
+                (f"{tool.name}.{t.name}", t, f"tools[{i}].tools[{j}]")
+                for j, t in enumerate(tool.tools)
+                if isinstance(t, FunctionTool)
+            ]
     return out
 
 

@@ -98,8 +98,14 @@ def _choices(generation: GenerationRequest, n: int) -> list[GenerationRequest]:
 def chat_conversation(chat: ChatCompletionRequest) -> Conversation:
     """A Chat Completions body as the shared pipeline takes it."""
     tools = tuple(
-        Tool(t.function.name, t.function.description, t.function.parameters, strict=bool(t.function.strict))
-        for t in chat.tools or ()
+        Tool(
+            t.function.name,
+            t.function.description,
+            t.function.parameters,
+            strict=bool(t.function.strict),
+            param=f"tools[{i}].function.parameters",
+        )
+        for i, t in enumerate(chat.tools or ())
     )
     choice = chat.tool_choice
     if choice is None:

@@ -298,6 +298,14 @@ def test_bad_tools_are_grammar_errors_naming_the_tool(grammars: Grammars) -> Non
         compile_(grammars, GrammarSpec("tool_calls", "tools", tools=tools))
     assert caught.value.param == "tools"
     assert "broken" in caught.value.message and "objekt" in caught.value.message
+    # Where the request says which field a tool's parameters came from, the error names it.
+    named = (
+        ToolSpec("fine", WEATHER),
+        ToolSpec("broken", {"type": "objekt"}, "tools[1].function.parameters"),
+    )
+    with pytest.raises(GrammarError) as caught:
+        compile_(grammars, GrammarSpec("tool_calls", "tools", tools=named))
+    assert caught.value.param == "tools[1].function.parameters"
     with pytest.raises(GrammarError):
         compile_(grammars, GrammarSpec("tool_calls", "tool_choice", tools=()))
 
@@ -325,3 +333,68 @@ def test_the_cache_returns_the_same_grammar_and_remembers_refusals(loaded: tuple
     # Property order is part of the grammar, so it is part of the key.
     reordered = {**WEATHER, "properties": dict(reversed(list(WEATHER["properties"].items())))}
     assert GrammarSpec("json_schema", "p", reordered).key() != GrammarSpec("json_schema", "p", WEATHER).key()
+
+
+ENDLESS: list[Any] = [
+    {"$ref": "#"},
+    {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    {"type": "object", "properties": {"child": {"$ref": "#"}}, "required": ["child"]},
+]
+
+
+@pytest.mark.parametrize("schema", ENDLESS, ids=["itself", "loop", "requires-itself"])
+def test_schemas_no_value_satisfies_are_refused(grammars: Grammars, schema: Any) -> None:
+    # llguidance compiles each of these: the first two allow no first token, the third allows
+    # '{"child": {"child": ...' without end.
+    param = "response_format.json_schema.schema"
+    with pytest.raises(GrammarError) as caught:
+        compile_(grammars, GrammarSpec("json_schema", param, schema))
+    assert caught.value.param == param
+    assert caught.value.message.startswith("no JSON value satisfies the schema: what it requires refers back")
+
+    tools = (
+        ToolSpec("fine", WEATHER, "tools[0].parameters"),
+        ToolSpec("endless", schema, "tools[1].parameters"),
+    )
+    for spec in (
+        GrammarSpec("tool_calls", "tools", tools=tools),
+        GrammarSpec("tool_calls", "tools", tools=tools[1:]),
+    ):
+        with pytest.raises(GrammarError) as caught:
+            compile_(grammars, spec)
+        assert caught.value.param == "tools[1].parameters"
+        assert caught.value.message.startswith("tool 'endless': no JSON value satisfies its parameters")
+
+
+def test_a_grammar_that_allows_no_first_token_is_refused(grammars: Grammars) -> None:
+    # A loop through an "$id" the satisfiability check does not follow: llguidance compiles it,
+    # and the first mask it computes is an error.
+    schema = {"$id": "http://example.com/s", "$ref": "http://example.com/s"}
+    with pytest.raises(GrammarError) as caught:
+        compile_(grammars, GrammarSpec("json_schema", "text.format.schema", schema))
+    assert caught.value.param == "text.format.schema"
+    assert "allows no first token" in caught.value.message
+
+
+def test_recursive_schemas_with_finite_values_are_enforced(
+    loaded: tuple[Any, Any], grammars: Grammars
+) -> None:
+    tree = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+        "required": ["n", "kids"],
+        "additionalProperties": False,
+    }
+    grammar = compile_(grammars, GrammarSpec("json_schema", "p", tree))
+    assert accepts(loaded, grammar, '{"n": 1, "kids": [{"n": 2, "kids": []}, {"n": 3, "kids": []}]}')
+    assert not accepts(loaded, grammar, '{"n": 1, "kids": [{"n": 2}]}')
+
+    linked = {
+        "type": "object",
+        "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}},
+        "required": ["v"],
+        "additionalProperties": False,
+        "$defs": {"node": {"$ref": "#"}},
+    }
+    grammar = compile_(grammars, GrammarSpec("json_schema", "p", linked))
+    assert accepts(loaded, grammar, '{"v": 1, "next": {"v": 2}}')
