@@ -181,16 +181,16 @@ async def restart_worker(request: Request) -> Response:
         if drain:
             # New sessions wait in the queue meanwhile; none is refused for the restart.
             async with host.admission(spec).exclusive():
-                supervisor = await _restart(host.pool, spec)
+                supervisor = await _restart(host.pool, spec, drain=True)
         else:
-            supervisor = await _restart(host.pool, spec)
+            supervisor = await _restart(host.pool, spec, drain=False)
     return JSONResponse({"worker": supervisor.snapshot().to_json()})
 
 
-async def _restart(pool: ModelPool, spec: ModelSpec) -> Any:
+async def _restart(pool: ModelPool, spec: ModelSpec, drain: bool) -> Any:
     before = pool.supervisor(spec.id)
     old_pid = before.pid if before is not None else None
-    supervisor = await pool.restart(spec.id)
+    supervisor = await pool.restart(spec.id, drain)
     await supervisor.wait_replaced(old_pid)
     return supervisor
 

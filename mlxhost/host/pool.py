@@ -203,14 +203,14 @@ class ModelPool:
             supervisor.last_used = time.monotonic()
             return supervisor
 
-    async def restart(self, model_id: str) -> Supervisor:
+    async def restart(self, model_id: str, drain: bool = True) -> Supervisor:
         supervisor = self._resident.get(model_id)
         if supervisor is None:
             spec = self._names.get(model_id)
             if spec is None:
                 raise UnknownModel(f"no worker '{excerpt(model_id)}'")
             return await self.acquire(spec)
-        await supervisor.restart()
+        await supervisor.restart(drain)
         return supervisor
 
     async def close(self) -> None:

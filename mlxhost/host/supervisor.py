@@ -189,9 +189,12 @@ class Supervisor:
                 return
             await self._changed.wait()
 
-    async def restart(self) -> None:
-        """An operator's restart: drain and respawn now, with a fresh restart budget."""
+    async def restart(self, drain: bool = True) -> None:
+        """An operator's restart: drain (or, without `drain`, kill) and respawn now, with a fresh
+        restart budget."""
         self._budget.reset()
+        if not drain and self._worker is not None:
+            self._worker.at_once = True
         if self.state is WorkerState.EXHAUSTED:
             self._set_state(WorkerState.STARTING)  # requests wait for it from now on
             self._resume.set()

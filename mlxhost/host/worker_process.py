@@ -135,6 +135,7 @@ class WorkerProcess:
         self.group = group
         self.ranks: list[dict[str, Any]] = []
         self._rank_exits: list[tuple[int, int | None]] = []  # (rank, code or -signal), as mlx.launch says
+        self.at_once = False  # asked to end without a drain or a grace (an operator's `drain=false`)
 
     def kill(self) -> None:
         """SIGKILL the process now, if it runs; never a pid that may have been reused."""
@@ -271,6 +272,12 @@ class WorkerProcess:
             self._kill(process)
 
     async def _stop(self, process: anyio.abc.Process) -> None:
+        if self.at_once:
+            # Its running requests end with an error now, as documented, instead of within
+            # drain_timeout plus its own shutdown_grace.
+            self._kill(process)
+            await process.wait()
+            return
         await self._drain()
         if self.group is None:
             process.terminate()

@@ -220,6 +220,22 @@ def test_a_drained_restart_queues_new_sessions_instead_of_refusing_them(narrow: 
     assert_every_session_closed_once(narrow)
 
 
+def test_an_undrained_restart_ends_running_work_at_once(narrow: RunningHost) -> None:
+    old_pid = narrow.worker()["pid"]
+    running = Background(narrow, chat(4000, stream=True))
+    wait_until(lambda: len(running.lines) > 4)
+    with narrow.http() as http:
+        answer = http.post(f"/admin/workers/{narrow.worker()['id']}/restart", params={"drain": "false"})
+    assert answer.status_code == 200
+    assert answer.json()["worker"]["pid"] not in (None, old_pid)
+    running.join()
+    # Cut, not finished: the restart did not wait for it (nor for the worker's shutdown grace).
+    assert "error" in running.events()[-2], running.events()[-3:]
+    with narrow.http() as http:
+        assert http.post("/v1/chat/completions", json=chat(5)).status_code == 200
+    assert_every_session_closed_once(narrow)
+
+
 def test_a_second_signal_stops_at_once(tiny_model: Path) -> None:
     import signal
 
