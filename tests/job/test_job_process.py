@@ -291,7 +291,7 @@ GOOD = json.dumps(chat(1))
         # The file grew a 2 MiB example after the host checked it: the job reads no more of it than
         # the limit, and says so, instead of tokenizing it (a 20 MB line took a job to 3.3 GB).
         (
-            [GOOD, json.dumps({"text": "a" * (2 << 20)}), GOOD, GOOD],
+            [GOOD, json.dumps({"messages": [{"role": "user", "content": "a" * (2 << 20)}]}), GOOD, GOOD],
             None,
             "train.jsonl line 2: longer than 1,048,576 bytes",
         ),
