@@ -19,11 +19,12 @@ from mlxhost.wire.inert import escape_controls, excerpt
 
 __all__ = ["FORMATS", "MAX_LINE_BYTES", "DatasetError", "read_examples"]
 
-# One example's line. A job tokenizes every example before training, and the tokenizer's working
-# memory is over a hundred times the text (a 20 MB line took a job to 3.3 GB), so this is what
-# bounds a job's memory per example: about 150 MB at 1 MiB. 1 MiB is some 250,000 tokens of English
-# (about 4 bytes a token), 128 times the default max_seq_length (2048) and past the context of the
-# models mlx-lm fine-tunes; training cuts every example at max_seq_length anyway.
+# One example's line. A job tokenizes every example before training, and tokenizing takes some
+# 240 times the text in memory at its peak (measured with the tiny model: 243 MiB for a 1 MiB
+# example, 876 MiB for 4 MiB; a 20 MB line took a job to 3.3 GB), so this bounds what one example
+# can cost a job. 1 MiB is some 250,000 tokens of English for a real model's tokenizer (about 4
+# bytes a token), 128 times the default max_seq_length (2048) and past the context of the models
+# mlx-lm fine-tunes on a Mac; training cuts every example at max_seq_length anyway.
 MAX_LINE_BYTES = 1 << 20
 FORMATS = '{"messages": [...]}, {"prompt": ..., "completion": ...} or {"text": ...}'
 _BOM = b"\xef\xbb\xbf"
