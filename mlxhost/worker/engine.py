@@ -43,6 +43,7 @@ from mlxhost.worker.prompt_files import (
     cache_signature,
     keep_signature,
     kept_signature,
+    make_folder,
     model_fingerprint,
     store_folder,
 )
@@ -223,7 +224,7 @@ class Engine:
         try:
             fingerprint = model_fingerprint(self.model_path, adapter)
             folder = store_folder(options.state_dir, self.model_path, fingerprint)
-            folder.mkdir(parents=True, exist_ok=True)
+            make_folder(folder, self.model_path, adapter, fingerprint)  # with the record of its model
             signature = kept_signature(folder)
             if signature is None:
                 model(mx.array([[0]]), cache=probe)  # type: ignore[operator]

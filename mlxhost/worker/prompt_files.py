@@ -8,9 +8,17 @@ mlx-lm's own cache format (`save_prompt_cache`: safetensors, with our metadata b
 classes): the tokens its KV holds and a digest of the namespace it was kept under (never the
 caller's scope or salt themselves), so an index can be rebuilt from the headers alone.
 
-A file is never trusted: `read_header` and `read_cache` raise BadFile for one that is cut short,
-is not ours, or holds a cache of another shape than this model's `Signature`. The index, its bound
-and the threads that use these are `prompt_store.py`'s.
+A file is never trusted: `read_header` and `read_cache` raise BadFile for one that is not a
+regular file, is cut short, is not ours, holds a cache of another shape than this model's
+`Signature`, whose tensors no longer match the checksum written with them, or that holds a NaN or
+an infinity (a cache like that turns every answer that starts from it into padding). Nothing is
+opened before `lstat` says it is a regular file, and then without blocking: a FIFO under a cache's
+name would otherwise hold the worker's start forever.
+
+Each folder also holds a record of the model it belongs to (`make_folder`, `folder_is_orphan`),
+so that a folder whose model is gone (a pruned fine-tune's) can be told from a live one. The
+index, its bound and the threads that use these are `prompt_store.py`'s; the tier as a whole is
+`prompt_tier.py`'s.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
+import stat
 import struct
 import uuid
 from collections.abc import Sequence
@@ -37,26 +47,35 @@ __all__ = [
     "BadFile",
     "Entry",
     "Namespace",
+    "NonFinite",
     "Signature",
     "cache_arrays",
     "cache_signature",
     "check_cache",
-    "is_leftover",
+    "check_finite",
     "entry_name",
+    "folder_is_orphan",
+    "is_leftover",
     "keep_signature",
     "kept_signature",
+    "make_folder",
     "model_fingerprint",
     "namespace_digest",
     "read_cache",
     "read_header",
+    "read_regular",
     "store_folder",
     "write_cache",
 ]
 
-FORMAT = 1  # of our files and of the fingerprint: bump it and older folders are never matched
+# Of our files and of the fingerprint: bump it and older folders are never matched (then removed
+# as orphans, `folder_is_orphan`). 2: files carry a checksum of their tensors.
+FORMAT = 2
 SUFFIX = ".safetensors"
 SIGNATURE_FILE = ".signature.json"
+MODEL_FILE = ".model.json"  # which model (and adapter) the folder's caches are of
 HEADER_MAX = 64 << 20  # a header longer than this is not one of ours
+CHUNK = 1 << 20  # bytes read at a time while checking a file's checksum
 
 Namespace = tuple[str, str]
 # Per layer: its class, the (shape, dtype) of each array of its state (None on the sequence axis)
@@ -66,6 +85,10 @@ Signature = tuple[tuple[str, tuple[tuple[tuple[int | None, ...], str], ...], tup
 
 class BadFile(Exception):
     """A file that is not a cache of this model."""
+
+
+class NonFinite(BadFile):
+    """A cache holding a NaN or an infinity: never written, never loaded."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +119,87 @@ def store_folder(state_dir: Path, model_path: Path, fingerprint: str) -> Path:
     from mlxhost.wire.layout import PROMPT_CACHE_DIR
 
     return state_dir / PROMPT_CACHE_DIR / f"{model_path.name}-{fingerprint[:16]}"
+
+
+def make_folder(folder: Path, model_path: Path, adapter_path: Path | None, fingerprint: str) -> None:
+    """Create `folder` with its model record in it, all at once (a rename), unless it exists.
+
+    Another worker's sweep removes a folder without a record as an orphan: a folder created
+    first and given its record after would be one, for a moment.
+    """
+    record = {
+        "format": FORMAT,
+        "model": str(model_path.absolute()),
+        "adapter": str(adapter_path.absolute()) if adapter_path is not None else None,
+        "fingerprint": fingerprint,
+    }
+    if folder.is_dir() and _record(folder) is not None:
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    temporary = folder.parent / f".{uuid.uuid4().hex}.tmp"
+    temporary.mkdir()
+    try:
+        (temporary / MODEL_FILE).write_text(json.dumps(record))
+        try:
+            os.rename(temporary, folder)
+        except OSError:  # it exists (another worker made it meanwhile, or an older one without a record)
+            if _record(folder) is None:
+                os.replace(temporary / MODEL_FILE, folder / MODEL_FILE)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def folder_is_orphan(folder: Path) -> str | None:
+    """Why no worker will use `folder` again (its model or adapter gone or changed), or None."""
+    record = _record(folder)
+    if record is None:
+        return "it records no model (an older format)"
+    try:
+        model = Path(record["model"])
+        adapter = Path(record["adapter"]) if record["adapter"] else None
+        if not model.is_dir():
+            return f"its model {model} is gone"
+        if adapter is not None and not adapter.is_dir():
+            return f"its adapter {adapter} is gone"
+        if model_fingerprint(model, adapter) != record["fingerprint"]:
+            return f"the files of {model} changed"
+    except (KeyError, TypeError, OSError) as exc:
+        return f"its model record is unreadable: {exc}"
+    return None
+
+
+def _record(folder: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(read_regular(folder / MODEL_FILE, limit=1 << 20))
+    except (OSError, ValueError, BadFile):
+        return None
+    return record if isinstance(record, dict) and record.get("format") == FORMAT else None
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of `path` (at most `limit`), if it is a regular file; BadFile otherwise.
+
+    Opened without blocking and checked after opening too: a FIFO swapped in between the two
+    would still never hold the reader.
+    """
+    with _open_regular(path) as file:
+        return file.read(limit)
+
+
+@contextlib.contextmanager
+def _open_regular(path: Path) -> Any:
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        raise BadFile("not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadFile("not a regular file")
+        file = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with file:
+        yield file
 
 
 def entry_name(namespace: str, tokens: Sequence[int]) -> str:
@@ -151,11 +255,11 @@ def kept_signature(folder: Path) -> Signature | None:
     can change only with the libraries.
     """
     try:
-        kept = json.loads((folder / SIGNATURE_FILE).read_text())
+        kept = json.loads(read_regular(folder / SIGNATURE_FILE, limit=HEADER_MAX))
         if kept["versions"] != _versions():
             return None
         return _tuples(kept["signature"])  # type: ignore[no-any-return]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, BadFile):
         return None
 
 
@@ -183,15 +287,32 @@ def cache_arrays(cache: Sequence[Any]) -> list[mx.array]:
     return [value for _, value in flat if isinstance(value, mx.array)]
 
 
+def check_finite(arrays: Sequence[mx.array]) -> None:
+    """Raise NonFinite if a floating-point array holds a NaN or an infinity."""
+    floating = [a for a in arrays if mx.issubdtype(a.dtype, mx.floating)]
+    if not floating:
+        return
+    bad = mx.array(False)
+    for array in floating:
+        bad = bad | mx.any(~mx.isfinite(array))
+    if bad.item():
+        raise NonFinite("it holds NaN or infinite values")
+
+
 def write_cache(folder: Path, namespace: str, tokens: tuple[int, ...], cache: list[Any]) -> Entry:
-    """Write one cache (evaluated arrays only) into `folder`, under its entry's name."""
+    """Write one cache (evaluated arrays only) into `folder`, under its entry's name.
+
+    Raises NonFinite, writing nothing, for a cache with a NaN or an infinity in it.
+    """
     name = entry_name(namespace, tokens)
     trimmable = can_trim_prompt_cache(cache)
+    check_finite(cache_arrays(cache))
     metadata = {
         "mlxhost": str(FORMAT),
         "namespace": namespace,
         "tokens": json.dumps(list(tokens)),
         "trimmable": "1" if trimmable else "0",
+        "checksum": _arrays_checksum(cache),
     }
     # A temporary name first: a crash mid-write never leaves a torn file under a real name
     # (the folder's next owner removes the leftovers: `is_leftover`).
@@ -214,26 +335,77 @@ def read_cache(path: Path, entry: Entry, signature: Signature) -> list[Any]:
     """The cache in `path`, checked against `entry` and `signature`, and evaluated.
 
     Raises FileNotFoundError when it is gone, BadFile (or whatever mlx-lm raises on a file it
-    cannot read) when it is not a cache of this model.
+    cannot read) when it is not a cache of this model: its checksum is checked on the file's
+    bytes before MLX reads them, its values (finite) once they are read.
     """
+    with _open_regular(path) as file:
+        header, data_start = _header(file, os.fstat(file.fileno()).st_size)
+        expected = (header.get("__metadata__") or {}).get("0.checksum")
+        if not isinstance(expected, str) or _file_checksum(file, header, data_start) != expected:
+            raise BadFile("its tensors do not match their checksum")
     cache, metadata = load_prompt_cache(str(path), return_metadata=True)
     if metadata.get("tokens") != json.dumps(list(entry.tokens)):
         raise BadFile("its tokens are not the ones in its header")
     check_cache(cache, len(entry.tokens), signature)
-    mx.eval(cache_arrays(cache))
+    arrays = cache_arrays(cache)
+    mx.eval(arrays)
+    check_finite(arrays)
     return cache
 
 
+def _arrays_checksum(cache: Sequence[Any]) -> str:
+    # What save_prompt_cache writes of the arrays, by name, in C order: the bytes
+    # `_file_checksum` reads back.
+    flat: list[tuple[str, Any]] = tree_flatten([layer.state for layer in cache])  # type: ignore[assignment]
+    digest = hashlib.sha256()
+    for name, value in sorted(flat, key=lambda item: item[0]):
+        if isinstance(value, mx.array):
+            view = memoryview(value)
+            digest.update(f"{name}\0".encode())
+            digest.update(view if view.c_contiguous else view.tobytes())
+    return digest.hexdigest()
+
+
+def _file_checksum(file: Any, header: dict[str, Any], data_start: int) -> str:
+    # save_prompt_cache stores a layer's scalars (its offset, say) as tensors too, and names
+    # them in its metadata ("2.<n>.0"): they are not arrays of the cache, and not summed.
+    metadata = header.get("__metadata__") or {}
+    scalars = {v for k, v in metadata.items() if k.startswith("2.") and k.endswith(".0")}
+    digest = hashlib.sha256()
+    tensors = sorted((k, v) for k, v in header.items() if k != "__metadata__" and k not in scalars)
+    for name, info in tensors:
+        start, end = info["data_offsets"]
+        digest.update(f"{name}\0".encode())
+        file.seek(data_start + start)
+        left = end - start
+        while left > 0:
+            chunk = file.read(min(CHUNK, left))
+            if not chunk:
+                raise BadFile("cut short")
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.hexdigest()
+
+
+def _header(file: Any, size: int) -> tuple[dict[str, Any], int]:
+    """A safetensors header (8-byte little-endian length, then JSON) and where the data starts."""
+    prefix = file.read(8)
+    if len(prefix) != 8:
+        raise BadFile("shorter than a header")
+    (length,) = struct.unpack("<Q", prefix)
+    if length > min(HEADER_MAX, size - 8):
+        raise BadFile("its header runs past its end")
+    header = json.loads(file.read(length))
+    if not isinstance(header, dict):
+        raise BadFile("its header is not a JSON object")
+    return header, 8 + length
+
+
 def read_header(path: Path, size: int) -> Entry:
-    """An entry from a file's safetensors header (8-byte little-endian length, then JSON)."""
-    with path.open("rb") as file:
-        prefix = file.read(8)
-        if len(prefix) != 8:
-            raise BadFile("shorter than a header")
-        (length,) = struct.unpack("<Q", prefix)
-        if length > min(HEADER_MAX, size - 8):
-            raise BadFile("its header runs past its end")
-        header = json.loads(file.read(length))
+    """An entry from a file's safetensors header, if `path` is a regular file."""
+    with _open_regular(path) as file:
+        header, data_start = _header(file, size)
+        length = data_start - 8
     metadata = header.get("__metadata__") or {}
     if metadata.get("0.mlxhost") != str(FORMAT):
         raise BadFile("not one of our files, or an older format")

@@ -12,16 +12,23 @@ thread"), but an evaluated array can be read by any thread, and arrays this thre
 evaluates can be used by the generation thread. So `spill` evaluates the state in the generation
 thread before handing it over, and `load_soon` evaluates what it read before handing it back.
 
-A file is never trusted: one that cannot be read, is cut short, or holds another model's cache
-(layer classes, shapes, dtypes) is removed and logged, and the request just prefills. One worker
-owns a folder at a time (an advisory lock); the disk is bounded, least recently used out first,
-with a file's mtime as its last use so the order survives restarts.
+A file is never trusted: one that is not a regular file, cannot be read, is cut short, does not
+match its checksum, holds NaN or infinite values, or holds another model's cache (layer classes,
+shapes, dtypes) is removed and logged, and the request just prefills. A cache with NaN or infinite
+values is never written either.
+
+One worker owns a folder at a time (an advisory lock). A worker that finds its folder taken (by
+the worker it replaces, still draining) serves from memory and tries again in its writer thread,
+never blocking: a SIGTERM (`close`) ends the wait. The bound is the whole prompt-cache
+directory's, across models, least recently used out first, with a file's mtime as its last use so
+the order survives restarts; and the filesystem keeps a floor of free space (prompt_tier.py). A
+write that fails (a full disk) costs that entry only, is logged once and leaves no file behind.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import heapq
 import logging
 import os
 import queue
@@ -40,6 +47,7 @@ from mlxhost.worker.prompt_files import (
     SUFFIX,
     Entry,
     Namespace,
+    NonFinite,
     Signature,
     cache_arrays,
     entry_name,
@@ -48,6 +56,15 @@ from mlxhost.worker.prompt_files import (
     read_cache,
     read_header,
     write_cache,
+)
+from mlxhost.worker.prompt_tier import (
+    Others,
+    TierStopped,
+    free_floor,
+    lock_nowait,
+    others,
+    sweep,
+    tier_locked,
 )
 
 __all__ = ["PromptStore", "StoreBusy", "StoreStatistics", "worth_loading"]
@@ -59,9 +76,12 @@ logger = logging.getLogger("mlxhost.engine")
 LOAD_MIN_TOKENS = 2
 LOAD_MIN_SHARE = 4
 WRITE_QUEUE = 8  # caches waiting for the writer
-LOCK_FILE = ".lock"
 LOCK_RETRY = 0.5  # seconds between tries for a folder another worker holds...
 LOCK_PATIENCE = 60.0  # ...for this long: a worker being replaced lets go as it exits
+# What a file holds besides its arrays (the header: tokens as JSON, layer classes), over-estimated
+# so that the room made before a write is enough.
+HEADER_ALLOWANCE = 64 << 10
+HEADER_PER_TOKEN = 12
 
 class StoreBusy(Exception):
     """Another worker owns the model's folder."""
@@ -107,7 +127,10 @@ class PromptStore:
         self._writes = 0
         self._dropped = 0
         self._removed = 0
+        self._used: dict[str, int] = {}  # an entry's last use (ns since the epoch), as its file's mtime
+        self._warned: set[str] = set()  # what was logged already: a full disk is said once
         self.ready = False  # the folder's lock is held and its index read
+        self._closing = threading.Event()  # ends the writer's waits for locks
         self._lock_fd: int | None = None
         folder.mkdir(parents=True, exist_ok=True)
         if self._acquire():
@@ -170,6 +193,7 @@ class PromptStore:
             known = self._entries.get(entry_name(digest, tokens))
             if known is not None:
                 self._entries.move_to_end(known.name)
+                self._used[known.name] = time.time_ns()
                 return
         # Evaluated here, in the thread whose stream built it: the writer could not.
         mx.eval(cache_arrays(cache))
@@ -201,7 +225,11 @@ class PromptStore:
             )
 
     def close(self) -> None:
-        """Finish the queued writes, stop both threads, let go of the folder."""
+        """Finish the queued writes, stop both threads, let go of the folder.
+
+        A writer still waiting for the folder's lock (or the tier's) stops waiting at once.
+        """
+        self._closing.set()
         self._writes_queue.put(None)
         self._loads_queue.put(None)
         self._writer.join()
@@ -229,27 +257,89 @@ class PromptStore:
         with self._lock:
             if entry.name in self._entries:
                 self._entries.move_to_end(entry.name)
+                self._used[entry.name] = time.time_ns()
         return cache
 
-    def write(self, tokens: tuple[int, ...], cache: list[Any], namespace: str) -> Entry:
-        """Write one cache (evaluated arrays only), then keep the folder under its bound."""
-        entry = write_cache(self.folder, namespace, tokens, cache)
-        with self._lock:
-            self._writes += 1
-            self._add(entry)
-            gone = []
-            if entry.trimmable:  # its prefixes are covered by trimming it, as in the memory tier
-                for _, prefix in self._trie.pop_prefixes(namespace, list(tokens)):
-                    self._drop_from_index(prefix, in_trie=False)
-                    gone.append(prefix)
-            while self._bytes > self.max_bytes and self._entries:
-                oldest = next(iter(self._entries.values()))
-                self._drop_from_index(oldest)
-                gone.append(oldest)
-        for e in gone:
-            with contextlib.suppress(FileNotFoundError):
-                (self.folder / e.name).unlink()
+    def write(self, tokens: tuple[int, ...], cache: list[Any], namespace: str) -> Entry | None:
+        """Write one cache (evaluated arrays only) if there is room for it; None if not.
+
+        Room: the whole directory within the bound, and the filesystem above its free-space
+        floor, after the write (prompt_tier.py). Raises NonFinite, writing nothing, for a cache
+        holding NaN or infinite values, and OSError when the write itself fails (no file is left).
+        """
+        arrays = sum(a.nbytes for a in cache_arrays(cache))
+        need = arrays + HEADER_ALLOWANCE + HEADER_PER_TOKEN * len(tokens)
+        with tier_locked(self.folder.parent, self._closing):
+            tier = others(self.folder.parent, self.folder)
+            try:
+                if not self._make_room(need, tier):
+                    return None
+                entry = write_cache(self.folder, namespace, tokens, cache)
+                with self._lock:
+                    self._writes += 1
+                    self._add(entry)
+                    self._used[entry.name] = time.time_ns()
+                    gone = []
+                    if entry.trimmable:  # its prefixes are covered by trimming it, as in the memory tier
+                        for _, prefix in self._trie.pop_prefixes(namespace, list(tokens)):
+                            self._drop_from_index(prefix, in_trie=False)
+                            gone.append(prefix)
+                for e in gone:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.folder / e.name).unlink()
+                self._make_room(0, tier)  # the header was shorter than allowed for, or the bound was
+            finally:
+                tier.release()
         return entry
+
+    def _make_room(self, need: int, tier: Others) -> bool:
+        """Remove least recently used files until `need` more bytes fit; False if they cannot.
+
+        Under the tier's lock. The files of this folder and of folders nobody owns are candidates,
+        oldest use first; those of folders other workers own only count.
+        """
+        with self._lock:
+            own = [(self._used.get(e.name, 0), e.size, e) for e in self._entries.values()]
+        candidates = heapq.merge(sorted(own, key=lambda c: c[0]), tier.deletable, key=lambda c: c[0])
+        while True:
+            info = os.statvfs(self.folder)
+            free = info.f_bavail * info.f_frsize
+            floor = free_floor(info.f_blocks * info.f_frsize)
+            rounded = -(-need // info.f_frsize) * info.f_frsize if need else 0
+            over = max(self._bytes + tier.bytes + need - self.max_bytes, floor - (free - rounded))
+            if over <= 0:
+                return True
+            oldest = next(candidates, None)
+            if oldest is None:
+                if need:
+                    reason = "bound" if self._bytes + tier.bytes + need > self.max_bytes else "floor"
+                    self._warn_once(
+                        reason,
+                        "prompt cache: not writing an entry of %d bytes: %s",
+                        need,
+                        f"the prompt-cache directory's bound ({self.max_bytes} bytes) is taken by other "
+                        "workers' folders"
+                        if reason == "bound"
+                        else f"the filesystem would have less than {floor} bytes free ({free} now)",
+                    )
+                    with self._lock:
+                        self._dropped += 1
+                return False
+            _, size, what = oldest
+            if isinstance(what, Entry):
+                with self._lock:
+                    self._drop_from_index(what)
+                path = self.folder / what.name
+            else:
+                tier.bytes -= size
+                path = what
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message + " (said once)", *args)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -267,6 +357,7 @@ class PromptStore:
         if entry.name not in self._entries:
             return
         del self._entries[entry.name]
+        self._used.pop(entry.name, None)
         self._bytes -= entry.size
         if in_trie:
             with contextlib.suppress(KeyError):
@@ -287,14 +378,8 @@ class PromptStore:
                     (self.folder / entry.name).unlink()
 
     def _acquire(self) -> bool:
-        fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self._lock_fd = fd
-        return True
+        self._lock_fd = lock_nowait(self.folder)
+        return self._lock_fd is not None
 
     def _scan(self) -> None:
         """Rebuild the index from the files' headers; remove leftovers and foreign files."""
@@ -307,7 +392,7 @@ class PromptStore:
             if path.name.startswith(".") or not path.name.endswith(SUFFIX):
                 continue
             try:
-                info = path.stat()
+                info = path.lstat()  # a FIFO or a link is not followed: read_header refuses it
                 entry = read_header(path, info.st_size)
             except Exception as exc:  # noqa: BLE001 - an unreadable file is removed, never fatal
                 logger.warning("prompt cache: removing %s: %s: %s", path.name, type(exc).__name__, exc)
@@ -316,16 +401,9 @@ class PromptStore:
                 self._removed += 1
                 continue
             found.append((info.st_mtime_ns, entry))
-        for _, entry in sorted(found, key=lambda f: f[0]):
+        for used, entry in sorted(found, key=lambda f: f[0]):
             self._add(entry)
-        evicted = []
-        while self._bytes > self.max_bytes and self._entries:  # the bound may have been lowered
-            oldest = next(iter(self._entries.values()))
-            self._drop_from_index(oldest)
-            evicted.append(oldest)
-        for entry in evicted:
-            with contextlib.suppress(OSError):
-                (self.folder / entry.name).unlink()
+            self._used[entry.name] = used
         self.ready = True
         logger.info(
             "prompt cache: %d entries (%d bytes) on disk in %s", len(self._entries), self._bytes, self.folder
@@ -341,20 +419,51 @@ class PromptStore:
                     )
                     self._drain_writes()
                     return
-                time.sleep(LOCK_RETRY)
+                if self._closing.wait(LOCK_RETRY):
+                    logger.info("prompt cache: stopped waiting for %s: the worker is stopping", self.folder)
+                    self._drain_writes()
+                    return
             with self._lock:
                 self._scan()
+        self._tidy_tier()
         while (item := self._writes_queue.get()) is not None:
             tokens, cache, namespace = item
             try:
                 self.write(tokens, cache, namespace)
+            except TierStopped:
+                with self._lock:
+                    self._dropped += 1
+            except NonFinite:
+                logger.warning("prompt cache: not writing an entry that holds NaN or infinite values")
+                with self._lock:
+                    self._dropped += 1
             except Exception as exc:  # noqa: BLE001 - a full disk costs the entry, not the worker
-                logger.warning("prompt cache: could not write an entry: %s: %s", type(exc).__name__, exc)
+                self._warn_once(
+                    f"write {type(exc).__name__} {getattr(exc, 'errno', '')}",
+                    "prompt cache: could not write an entry: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                )
                 with self._lock:
                     self._dropped += 1
             # Its arrays go back to MLX before the write counts as done (see `wait_written`).
             del item, tokens, cache
             self._writes_queue.task_done()
+
+    def _tidy_tier(self) -> None:
+        """At the start: remove folders no worker will use again, then fit the tier to its bound."""
+        try:
+            with tier_locked(self.folder.parent, self._closing):
+                sweep(self.folder.parent, self.folder)
+                tier = others(self.folder.parent, self.folder)
+                try:
+                    self._make_room(0, tier)  # the bound may have been lowered
+                finally:
+                    tier.release()
+        except TierStopped:
+            pass
+        except OSError as exc:
+            logger.warning("prompt cache: could not tidy %s: %s", self.folder.parent, exc)
 
     def _drain_writes(self) -> None:
         while self._writes_queue.get() is not None:

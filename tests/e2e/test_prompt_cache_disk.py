@@ -5,8 +5,13 @@ Each host here has its own state directory; the caches are under <state_dir>/pro
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import signal
+import struct
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +21,10 @@ import openai
 import pytest
 
 from mlxhost.testing import RunningHost, start_host, wait_until
+from mlxhost.worker.prompt_files import make_folder, model_fingerprint, store_folder
+from mlxhost.worker.prompt_store import LOCK_PATIENCE
+from mlxhost.worker.prompt_tier import free_floor
+from tests.filesystems import small_tmpfs
 
 SYSTEM = " ".join(["You are a careful harbour master who logs every ship, its cargo and its crew."] * 12)
 
@@ -184,3 +193,124 @@ def test_a_sliding_window_model_reuses_the_end_of_the_prompt(sliding_model: Path
     # The snapshot at the prompt's end holds all of it but its last token: a full window
     # cannot be trimmed, so the finished generation's own entry alone would give nothing.
     assert first_tokens - 1 <= cached < prompt_tokens
+
+
+# -- hardening: what the disk tier must never trust, and the room it must leave ------------------
+
+NAN = {"F32": b"\x00\x00\xc0\x7f", "F16": b"\x00\x7e", "BF16": b"\xc0\x7f"}
+
+
+def poison(path: Path) -> None:
+    """Overwrite every floating-point tensor of a safetensors file with NaN, its header intact."""
+    data = bytearray(path.read_bytes())
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    for name, info in header.items():
+        if name != "__metadata__" and info["dtype"] in NAN:
+            start, end = (8 + length + offset for offset in info["data_offsets"])
+            nan = NAN[info["dtype"]]
+            data[start:end] = nan * ((end - start) // len(nan))
+    path.write_bytes(bytes(data))
+
+
+def finite(path: Path) -> bool:
+    import mlx.core as mx
+
+    arrays = mx.load(str(path))
+    assert isinstance(arrays, dict)
+    return all(mx.all(mx.isfinite(a)).item() for a in arrays.values() if mx.issubdtype(a.dtype, mx.floating))
+
+
+def answers(running: RunningHost, prompts: list[list[dict[str, str]]]) -> list[str]:
+    with running.client() as client:
+        return [ask(client, prompt)[0] for prompt in prompts]
+
+
+@pytest.mark.slow
+def test_a_file_overwritten_with_nan_is_removed_and_poisons_no_answer(tiny_model: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    args = ("--model", str(tiny_model), "--state-dir", str(state))
+    question, unrelated = conversation(), conversation()
+    with start_host(*args) as first:
+        answers(first, [question])
+        wait_written(first, 1)
+    (path,) = cache_files(state)
+    poison(path)  # as a bad disk or a stray write would: the header still says it is ours
+    with start_host(*args) as second:
+        served = answers(second, [question, unrelated])
+        wait_until(lambda: disk(second)["disk_writes"] >= 2)  # both kept again, as caches of their own
+        removed = disk(second)["disk_removed_files"]
+        log = "".join(second.log)
+    with start_host("--model", str(tiny_model), "--prompt-cache-disk-mb", "0") as fresh:
+        expected = answers(fresh, [question, unrelated])
+    assert served == expected
+    assert removed == 1 and f"removing {path.name}: BadFile: its tensors do not match their checksum" in log
+    assert cache_files(state) and all(finite(p) for p in cache_files(state))  # replaced by a good one
+
+
+def test_a_fifo_in_the_cache_folder_never_holds_the_worker(tiny_model: Path, tmp_path: Path) -> None:
+    folder = store_folder(tmp_path, tiny_model, model_fingerprint(tiny_model))
+    make_folder(folder, tiny_model, None, model_fingerprint(tiny_model))
+    fifo = folder / f"{'0' * 32}-fifo.safetensors"
+    os.mkfifo(fifo)
+    os.mkfifo(folder / ".signature.json")  # read before the store opens: as blocking as the other
+    with start_host("--model", str(tiny_model), "--state-dir", str(tmp_path)) as running:
+        with running.client() as client:
+            ask(client, conversation())  # answered: the worker started and serves
+        wait_until(lambda: not fifo.exists())
+        log = "".join(running.log)
+    assert f"removing {fifo.name}: BadFile: not a regular file" in log
+
+
+def test_a_worker_waiting_for_its_cache_folder_still_stops_on_sigterm(tiny_model: Path, tmp_path: Path) -> None:
+    folder = store_folder(tmp_path, tiny_model, model_fingerprint(tiny_model))
+    make_folder(folder, tiny_model, None, model_fingerprint(tiny_model))
+    held = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as a worker that never lets go would
+    try:
+        with start_host("--model", str(tiny_model), "--state-dir", str(tmp_path)) as running:
+            wait_until(lambda: "is used by another worker; waiting for it" in "".join(running.log))
+            pid = running.worker()["pid"]
+            os.kill(pid, signal.SIGTERM)
+            # It used to wait out LOCK_PATIENCE (60 s) for the lock, until the supervisor found it
+            # hung and killed it; now it ends by itself, as any idle worker does.
+            ended = f"pid {pid} exited ("
+            line = wait_until(lambda: next((x for x in running.log if ended in x), None), timeout=LOCK_PATIENCE)
+    finally:
+        os.close(held)
+    assert f"{ended}exit code 0)" in line
+    assert "stopped waiting for" in "".join(running.log)
+
+
+@pytest.mark.slow
+def test_a_small_filesystem_keeps_its_floor_free_and_every_request_is_answered(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    with small_tmpfs(tmp_path / "state", 3 << 10) as state:
+        info = os.statvfs(state)
+        floor = free_floor(info.f_blocks * info.f_frsize)
+        lowest = [info.f_bavail * info.f_frsize]
+        done = threading.Event()
+
+        def watch() -> None:  # the lowest free space seen at any moment, not only between requests
+            while not done.is_set():
+                now = os.statvfs(state)
+                lowest[0] = min(lowest[0], now.f_bavail * now.f_frsize)
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            with start_host("--model", str(tiny_model), "--state-dir", str(state)) as running:
+                with running.client() as client:
+                    for _ in range(60):
+                        ask(client, conversation())  # raises unless answered 200
+                wait_until(lambda: (d := disk(running))["disk_writes"] + d["disk_dropped_writes"] >= 60)
+                stats = disk(running)
+                log = "".join(running.log)
+        finally:
+            done.set()
+            watcher.join()
+    assert lowest[0] >= floor
+    assert stats["disk_writes"] >= 60 and stats["disk_entries"] >= 1  # evicted to make room, not refused
+    assert "could not write" not in log
