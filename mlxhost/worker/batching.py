@@ -35,11 +35,12 @@ from mlxhost.runtime.shutdown import exit_now
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.wire.launch import EXIT_GROUP_BROKEN
 from mlxhost.worker.generation import GenerationSession
+from mlxhost.worker.grammar import GrammarProcessor
 from mlxhost.worker.group import Insert, LeadingGenerator, insert_requests
 from mlxhost.worker.prompt_cache import PromptCache
 from mlxhost.worker.prompt_files import Entry
 from mlxhost.worker.prompt_store import worth_loading
-from mlxhost.worker.sampling import SamplerCache
+from mlxhost.worker.sampling import SamplerCache, processors_for
 from mlxhost.worker.textstream import TextStream
 from mlxhost.worker.tokenizer import Tokenizer
 
@@ -75,6 +76,7 @@ class _Row:
     text: TextStream
     tokens: int = 0
     cached: int = 0  # prompt tokens taken from the prompt cache
+    grammar: GrammarProcessor | None = None  # its output's constraint, which may fail
 
 
 class Batching:
@@ -219,15 +221,17 @@ class Batching:
                 [s.request.prompt[:n] for s, n in zip(admitted, cached, strict=True)],
             )
             caches = [cache for cache, _ in starts]
+            processors = [processors_for(s.request, self.vocab_size) for s in admitted]
             if isinstance(generator, LeadingGenerator):  # a group's rank 0: the followers first
-                uids = generator.insert_requests(samplers, insert, caches, self.vocab_size)
+                uids = generator.insert_requests(samplers, insert, caches, self.vocab_size, processors)
             else:
-                uids = insert_requests(generator, samplers, insert, caches, self.vocab_size)
+                uids = insert_requests(generator, samplers, insert, caches, self.vocab_size, processors)
             self._from_disk.difference_update(admitted)
-            for uid, session, hit in zip(uids, admitted, cached, strict=True):
+            for uid, session, hit, own in zip(uids, admitted, cached, processors, strict=True):
                 detokenizer = self._tokenizer.decoder.detokenizer
                 text = TextStream(detokenizer, session.request.stop)
-                self.rows[uid] = _Row(session, uid, text, cached=hit)
+                grammar = next((p for p in own if isinstance(p, GrammarProcessor)), None)
+                self.rows[uid] = _Row(session, uid, text, cached=hit, grammar=grammar)
                 self.counters.prompt_tokens += len(session.request.prompt)
         self._publish(outputs)
 
@@ -342,7 +346,20 @@ class Batching:
             logprobs = None
             if row.session.request.logprobs is not None:
                 logprobs = [self._logprob(response, row.session.request.logprobs)]
-            delta = Delta(text, row.tokens, logprobs, finish, cached_tokens=row.cached, stop_sequence=row.text.matched)
+            error = None
+            if finish is not None and row.grammar is not None and row.grammar.failure is not None:
+                # The grammar ended it with EOS at a dead end: what it wrote does not satisfy the
+                # schema, and a "stop" would hand it over as an answer.
+                finish, error = "error", f"the output could not be kept to its schema: {row.grammar.failure}"
+            delta = Delta(
+                text,
+                row.tokens,
+                logprobs,
+                finish,
+                error,
+                cached_tokens=row.cached,
+                stop_sequence=row.text.matched,
+            )
             outputs.append((row.session, delta))
             urgent = urgent or finish is not None or row.tokens == 1
             if finish is not None:

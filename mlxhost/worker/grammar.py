@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -38,7 +38,7 @@ from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
 from mlxhost.worker.satisfiable import why_unsatisfiable
 
-__all__ = ["Grammar", "GrammarError", "GrammarSpec", "Grammars", "ToolSpec", "closed"]
+__all__ = ["Grammar", "GrammarError", "GrammarProcessor", "GrammarSpec", "Grammars", "ToolSpec", "closed"]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -127,17 +127,21 @@ class Grammar:
         self._vocab_size = vocab_size
         self._eos = eos
 
-    def processor(self) -> Callable[[mx.array, mx.array], mx.array]:
-        """A fresh per-sequence logits processor (see `_Processor` for the call protocol)."""
-        return _Processor(self._matcher.deep_copy(), self._vocab_size, self._eos)
+    def processor(self) -> GrammarProcessor:
+        """A fresh per-sequence logits processor (see `GrammarProcessor` for the call protocol)."""
+        return GrammarProcessor(self._matcher.deep_copy(), self._vocab_size, self._eos)
 
 
-class _Processor:
+class GrammarProcessor:
     """Masks one sequence's logits to what its grammar allows next.
 
     BatchGenerator calls it once per decode step with the sequence's token context: the first
     call with the prompt alone, each later one with the token sampled at the previous step
     appended. Runs in the generation thread only.
+
+    A grammar that cannot go on (llguidance in error, a limit reached, no token allowed) ends the
+    sequence with EOS, and says why in `failure`: the output so far does not satisfy it, and the
+    engine must not report the ending as a plain stop.
     """
 
     def __init__(self, matcher: LLMatcher, vocab_size: int, eos: list[int]) -> None:
@@ -146,22 +150,25 @@ class _Processor:
         self._eos = eos
         self._bitmask = allocate_token_bitmask(1, vocab_size)
         self._seen: int | None = None  # context length at the last call; None before the first
-        self._failed = False
+        self.failure: str | None = None
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         width = logits.shape[-1]
         allowed = None
-        if not self._failed:
+        if self.failure is None:
             try:
                 self._advance(tokens)
                 allowed = self._allowed()
-            except Exception:
+            except Exception as exc:
                 logger.exception("grammar matcher failed; ending the sequence")
-                allowed = None
-            if allowed is None:
-                # Raising here would end the whole engine; ending this one sequence is enough.
-                self._failed = True
+                self.failure = f"the grammar matcher failed ({type(exc).__name__})"
+            if allowed is not None and not allowed[:width].any():
+                # Only tokens past the logits' width: the model cannot write any of them.
+                logger.warning("grammar allows no token the model can write; ending the sequence")
+                self.failure, allowed = "the grammar allows no token the model can write", None
         if allowed is None:
+            # Raising here would end the whole engine; ending this one sequence is enough.
+            self.failure = self.failure or "the grammar cannot go on"
             allowed = np.zeros(self._vocab_size, dtype=np.bool_)
             allowed[[t for t in self._eos if t < self._vocab_size]] = True
         return mx.where(mx.array(_fit(allowed, width)), logits, -mx.inf)
@@ -181,22 +188,24 @@ class _Processor:
             logger.warning("grammar refused a token; ending the sequence: %s", self._error())
 
     def _allowed(self) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-        """The tokens allowed next, or None when the matcher is in error (it never leaves it)."""
-        if self._matcher.is_error():
-            return None
-        fill_next_token_bitmask(self._matcher, self._bitmask)
+        """The tokens allowed next, or None (and `failure` said) when there are none: the matcher
+        is in error (it never leaves it) or at a dead end."""
+        if not self._matcher.is_error():
+            fill_next_token_bitmask(self._matcher, self._bitmask)
         if self._matcher.is_error():
             logger.warning("grammar failed; ending the sequence: %s", self._error())
+            self.failure = f"llguidance: {self._error()}"
             return None
         # Bit i of word w is token 32w + i; int32 words are little-endian on every MLX platform.
         bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")[: self._vocab_size]
-        if not bits.any():  # a dead end (cannot happen once the grammar compiled); stop cleanly
+        if not bits.any():  # a dead end (what compiles has a first token: see _refuse_dead_start)
             logger.warning("grammar allows no token; ending the sequence")
+            self.failure = "the grammar allows no next token"
             return None
         return bits.view(np.bool_)
 
     def _error(self) -> str:
-        return self._matcher.get_error()[:_MAX_MESSAGE]
+        return " ".join(self._matcher.get_error().replace("<non-verbose/>", "").split())[:_MAX_MESSAGE]
 
 
 def _fit(allowed: np.ndarray[Any, np.dtype[np.bool_]], width: int) -> np.ndarray[Any, np.dtype[np.bool_]]:

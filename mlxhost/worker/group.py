@@ -34,7 +34,7 @@ import numpy as np
 
 from mlxhost.worker.generation import GenerationRequest
 from mlxhost.worker.prompt_cache import PromptCache
-from mlxhost.worker.sampling import SamplerCache, processors_for
+from mlxhost.worker.sampling import LogitsProcessor, SamplerCache, processors_for
 
 __all__ = [
     "GroupDiverged",
@@ -121,9 +121,15 @@ class Insert:
 
 
 def insert_requests(
-    generator: Any, samplers: SamplerCache, insert: Insert, caches: list[Any] | None, vocab_size: int
+    generator: Any,
+    samplers: SamplerCache,
+    insert: Insert,
+    caches: list[Any] | None,
+    vocab_size: int,
+    processors: list[list[LogitsProcessor]] | None = None,
 ) -> list[int]:
-    """Add `insert`'s rows to `generator`; their uids, in order."""
+    """Add `insert`'s rows to `generator`; their uids, in order. `processors`: each row's logits
+    processors, when the caller keeps them (built from the requests otherwise)."""
     requests = insert.requests
     return list(
         generator.insert(
@@ -132,7 +138,7 @@ def insert_requests(
             caches=caches,
             all_tokens=insert.all_tokens,
             samplers=[samplers.sampler_for(r.sampling) for r in requests],
-            logits_processors=[processors_for(r, vocab_size) for r in requests],
+            logits_processors=processors or [processors_for(r, vocab_size) for r in requests],
         )
     )
 
@@ -149,10 +155,15 @@ class LeadingGenerator:
         self._link = link
 
     def insert_requests(
-        self, samplers: SamplerCache, insert: Insert, caches: list[Any] | None, vocab_size: int
+        self,
+        samplers: SamplerCache,
+        insert: Insert,
+        caches: list[Any] | None,
+        vocab_size: int,
+        processors: list[list[LogitsProcessor]] | None = None,
     ) -> list[int]:
         self._link.send(pickle.dumps(("insert", insert)))
-        return insert_requests(self._generator, samplers, insert, caches, vocab_size)
+        return insert_requests(self._generator, samplers, insert, caches, vocab_size, processors)
 
     def remove(self, uids: list[int], return_prompt_caches: bool = False) -> Any:
         self._link.send(pickle.dumps(("remove", (list(uids), return_prompt_caches))))

@@ -19,10 +19,13 @@ import mlx.core as mx
 import mlx_lm
 import numpy as np
 import pytest
+from llguidance import LLMatcher, LLParserLimits
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.tool_parsers.json_tools import parse_tool_call
 
+from mlxhost.worker.engine import Engine, EngineOptions
+from mlxhost.worker.generation import GenerationRequest, SamplingParams
 from mlxhost.worker.grammar import Grammar, GrammarError, Grammars, GrammarSpec, ToolSpec
 
 Processor = Callable[[mx.array, mx.array], mx.array]
@@ -398,3 +401,37 @@ def test_recursive_schemas_with_finite_values_are_enforced(
     }
     grammar = compile_(grammars, GrammarSpec("json_schema", "p", linked))
     assert accepts(loaded, grammar, '{"v": 1, "next": {"v": 2}}')
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the engine hands results over with loop.call_soon_threadsafe
+
+
+@pytest.mark.anyio
+async def test_a_grammar_that_fails_while_generating_ends_in_an_error_not_a_stop(
+    tiny_model: Path, loaded: tuple[Any, Any], grammars: Grammars
+) -> None:
+    # A lexer allowed five states compiles and gives a first mask, then fails a few tokens in:
+    # as llguidance does when a large schema reaches one of its limits. The processor ends the
+    # sequence with EOS; before, that was a "stop" with half an object as the answer.
+    model, tokenizer = loaded
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    source = LLMatcher.grammar_from_json_schema(schema)
+    limits = LLParserLimits(max_lexer_states=5, verbose_errors=False)
+    matcher = LLMatcher(grammars._tokenizer("p"), source, log_level=0, limits=limits)
+    assert not matcher.is_error()
+    grammar = Grammar(matcher, model.args.vocab_size, sorted(tokenizer.eos_token_ids))
+    async with Engine.open(tiny_model, EngineOptions(prompt_cache_entries=0)) as engine:
+        prompt = await engine.encode("Answer in JSON.")
+        request = GenerationRequest(prompt, 64, SamplingParams(temperature=0.0), grammar=grammar)
+        async with engine.generate(request) as session:
+            deltas = [delta async for delta in session]
+        # The engine goes on serving: the next sequence, unconstrained, ends as usual.
+        async with engine.generate(GenerationRequest(prompt, 4, SamplingParams(temperature=0.0))) as session:
+            after = [delta async for delta in session]
+    final = deltas[-1]
+    assert final.finish_reason == "error", final
+    assert final.error is not None and "too many states" in final.error, final.error
+    assert final.error.startswith("the output could not be kept to its schema: llguidance: ")
+    assert after[-1].finish_reason == "length"
