@@ -29,7 +29,7 @@ from mlxhost.wire.admin.dataset_lines import DatasetError, read_examples
 from mlxhost.wire.admin.job_requests import FinetuneRequest, FuseRequest, JobRequest, QuantizeRequest
 from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobState
 from mlxhost.wire.errors import InvalidRequest
-from mlxhost.wire.inert import excerpt
+from mlxhost.wire.inert import escape_controls, excerpt
 
 __all__ = ["ResolvedJob", "resolve"]
 
@@ -145,7 +145,7 @@ def _dataset(data: str, batch_size: int) -> Path:
 def _examples(file: Path, batch_size: int) -> None:
     """A malformed dataset is refused now, not minutes into the job, as the job would refuse it."""
     if not os.access(file, os.R_OK):
-        raise InvalidRequest(f"data: the host cannot read {file}", param="data")
+        raise InvalidRequest(f"data: the host cannot read {escape_controls(str(file))}", param="data")
     count = 0
     try:
         with file.open("rb") as handle:
@@ -154,10 +154,12 @@ def _examples(file: Path, batch_size: int) -> None:
     except DatasetError as exc:
         raise InvalidRequest(f"data: {exc}", param="data") from None
     except OSError as exc:
-        raise InvalidRequest(f"data: cannot read {file}: {exc.strerror or exc}", param="data") from None
+        where = escape_controls(str(file))
+        raise InvalidRequest(f"data: cannot read {where}: {exc.strerror or exc}", param="data") from None
     if count < batch_size:  # mlx-lm's batching fails on it, but only once training draws from it
         raise InvalidRequest(
-            f"data: {file} has {count} examples, fewer than batch_size={batch_size}", param="data"
+            f"data: {escape_controls(str(file))} has {count} examples, fewer than batch_size={batch_size}",
+            param="data",
         )
 
 
