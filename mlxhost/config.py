@@ -444,7 +444,7 @@ class Settings:
     prompt_cache_disk_mb: int = _option(
         4096,
         _integer(0),
-        "most disk each model's kept KV caches may take under state_dir, in MiB; they outlive "
+        "most disk all models' kept KV caches may take together under state_dir, in MiB; they outlive "
         "worker restarts and host restarts (0: memory only)",
     )
     standby_workers: int = _option(
