@@ -2,15 +2,22 @@
 
 Admin routes (the front door checks the admin token on TCP, as for /admin/state): a dataset's
 path is accepted here only, never on /v1.
+
+A store that cannot be read answers 503, a submission the state directory cannot take 507 (full)
+or 503, each naming the state directory: never a 500.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import wraps
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mlxhost.host.jobs.runner import JobConflict, JobRunner, UnknownJob
+from mlxhost.host.jobs.runner import CannotRecord, JobConflict, JobRunner, UnknownJob
+from mlxhost.host.jobs.store import StoreFailed
 from mlxhost.host.jobs.tail import job_event_stream
 from mlxhost.host.state import parent_state
 from mlxhost.runtime.body import read_body
@@ -28,6 +35,32 @@ MAX_EVENT_ID_DIGITS = 12
 class Conflict(APIError):
     status_code = 409
     code = "job_ended"
+
+
+class InsufficientStorage(APIError):
+    status_code = 507
+    type = "service_unavailable"
+    code = "state_dir_full"
+
+
+STORE_RETRY_AFTER_S = 30
+
+
+def _store_errors(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    @wraps(route)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await route(request)
+        except CannotRecord as exc:
+            error = InsufficientStorage if exc.full else ServiceUnavailable
+            code = "state_dir_full" if exc.full else "state_dir_unwritable"
+            raise error(str(exc), code=code, headers={"retry-after": str(STORE_RETRY_AFTER_S)}) from None
+        except StoreFailed as exc:
+            raise ServiceUnavailable(
+                f"jobs cannot be read: {exc}", code="job_store_unavailable", headers={"retry-after": "5"}
+            ) from None
+
+    return guarded
 
 
 def _runner(request: Request) -> JobRunner:
@@ -48,6 +81,7 @@ def _job(runner: JobRunner, request: Request) -> JobRecord:
         raise NotFound(f"no job '{excerpt(job_id)}'", param="job", code="job_not_found") from None
 
 
+@_store_errors
 async def submit(request: Request) -> Response:
     runner = _runner(request)
     state = parent_state(request)
@@ -56,14 +90,17 @@ async def submit(request: Request) -> Response:
     return JSONResponse(record.to_json(), status_code=202, headers={"location": f"/admin/jobs/{record.id}"})
 
 
+@_store_errors
 async def list_jobs(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [r.to_json() for r in _runner(request).all()]})
 
 
+@_store_errors
 async def show(request: Request) -> Response:
     return JSONResponse(_job(_runner(request), request).to_json())
 
 
+@_store_errors
 async def cancel(request: Request) -> Response:
     runner = _runner(request)
     record = _job(runner, request)
@@ -74,15 +111,18 @@ async def cancel(request: Request) -> Response:
     return JSONResponse(record.to_json(), status_code=202)
 
 
+@_store_errors
 async def events(request: Request) -> Response:
     runner = _runner(request)
     record = _job(runner, request)
     after = _resume_point(request)
+    give_back = runner.tails.take()  # 429 past the cap
     return job_event_stream(
         runner.log_path(record.id),
-        lambda: runner.store.get(record.id),
+        lambda: runner.peek(record.id),
         after,
         parent_state(request).settings.idle_timeout,
+        give_back,
     )
 
 
