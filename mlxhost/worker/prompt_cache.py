@@ -19,21 +19,29 @@ Behind the memory tier is an optional disk tier (prompt_store.py, `disk`): whate
 is also written there, and a prompt the disk can start much further along is loaded from it
 first (batching.py hands it to the store's loader thread).
 
+A cache that holds NaN or infinite values is never kept: whatever starts from it answers padding
+(its logits are NaN), so such a cache, and the entries on its tokens' path it may have started
+from, are dropped from memory and disk (`keep`).
+
 Runs in the generation thread only: the states are MLX arrays of that thread's stream.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
-from mlxhost.worker.prompt_store import PromptStore, StoreStatistics
+from mlxhost.worker.prompt_files import NonFinite, cache_arrays, check_finite
+from mlxhost.worker.prompt_store import PromptStore, StoreStatistics, path_keys
 
 __all__ = ["Namespace", "PromptCache", "PromptCacheStatistics"]
 
 Namespace = tuple[str, str]  # (the caller's cache scope, its cache_salt); ("", ""): shared
+
+logger = logging.getLogger("mlxhost.engine")
 
 
 @dataclass(frozen=True)
@@ -104,12 +112,40 @@ class PromptCache:
         return cache, list(rest)
 
     def keep(self, tokens: list[int], cache: list[Any], namespace: Namespace = ("", "")) -> None:
-        """Keep a KV cache (of a generation, or of a prompt's end) whose KV holds exactly `tokens`."""
+        """Keep a KV cache (of a generation, or of a prompt's end) whose KV holds exactly `tokens`.
+
+        One that holds NaN or infinite values is not kept, and the entries it may have started
+        from (those on its tokens' path) are dropped, in memory and on disk.
+        """
         if self.enabled and tokens:
+            try:
+                check_finite(cache_arrays(cache))  # one reduction over arrays the step evaluated
+            except NonFinite:
+                in_memory = self._drop_path(namespace, list(tokens))
+                on_disk = self.disk.drop_path(namespace, list(tokens)) if self.disk is not None else 0
+                logger.warning(
+                    "prompt cache: a KV cache of %d tokens holds NaN or infinite values: not kept; "
+                    "dropped the entries it may have started from: %d in memory, %d on disk",
+                    len(tokens),
+                    in_memory,
+                    on_disk,
+                )
+                return
             self._lru.insert_cache(namespace, list(tokens), cache)
             self._drop_empty_namespaces()
             if self.disk is not None:
                 self.disk.spill(tokens, cache, namespace)
+
+    def _drop_path(self, namespace: Namespace, tokens: list[int]) -> int:
+        lru = self._lru
+        keys = path_keys(lru._trie, namespace, tokens)
+        for key in keys:
+            entry = lru._trie.pop(namespace, key)
+            lru._n_bytes -= entry.nbytes
+            lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
+            lru._lru.remove(namespace, key)
+        self._drop_empty_namespaces()
+        return len(keys)
 
     def _drop_empty_namespaces(self) -> None:
         # LRUPromptCache keeps a namespace's trie root after its last entry is evicted: without
@@ -137,3 +173,4 @@ class PromptCache:
             disk_dropped_writes=disk.dropped_writes,
             disk_removed_files=disk.removed_files,
         )
+

@@ -67,7 +67,7 @@ from mlxhost.worker.prompt_tier import (
     tier_locked,
 )
 
-__all__ = ["PromptStore", "StoreBusy", "StoreStatistics", "worth_loading"]
+__all__ = ["PromptStore", "StoreBusy", "StoreStatistics", "path_keys", "worth_loading"]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -109,6 +109,26 @@ def worth_loading(covered: int, in_memory: int) -> bool:
     """
     saved = covered - in_memory
     return saved >= LOAD_MIN_TOKENS and saved * LOAD_MIN_SHARE >= covered
+
+
+def path_keys(trie: PromptTrie, namespace: Any, tokens: list[int]) -> list[list[int]]:
+    """The keys of `trie` that a prompt starting with `tokens` may have started from.
+
+    Every entry that is a prefix of `tokens` (or `tokens` itself), found in one walk down the
+    trie, and the nearest longer one that shares more of them (the entry `take` trims back).
+    """
+    keys = []
+    node = trie._trie.get(namespace)
+    for i, token in enumerate(tokens):
+        node = None if node is None else node.get(token)
+        if node is None:
+            break
+        if "__value__" in node:
+            keys.append(tokens[: i + 1])
+    found = trie.search(namespace, tokens)
+    if found.longer is not None and found.common_prefix > (len(keys[-1]) if keys else 0):
+        keys.append(list(found.longer))
+    return keys
 
 
 class PromptStore:
@@ -206,6 +226,15 @@ class PromptStore:
     def load_soon(self, entry: Entry, done: Callable[[list[Any] | None], None]) -> None:
         """Read `entry` in the loader thread, then call `done` there with its cache (None: unusable)."""
         self._loads_queue.put((entry, done))
+
+    def drop_path(self, namespace: Namespace, tokens: list[int]) -> int:
+        """Remove the entries a prompt starting with `tokens` may have started from (see
+        `path_keys`), files and all: a cache that started from one held NaN."""
+        key = namespace_digest(namespace)
+        with self._lock:
+            entries = [self._trie.get(key, k) for k in path_keys(self._trie, key, tokens)]
+        self._forget(entries, unlink=True, bad=True)
+        return len(entries)
 
     def note_hit(self, tokens: int) -> None:
         with self._lock:
