@@ -50,6 +50,7 @@ from mlxhost.worker.prompt_files import (
     NonFinite,
     Signature,
     cache_arrays,
+    check_finite,
     entry_name,
     is_leftover,
     namespace_digest,
@@ -296,6 +297,7 @@ class PromptStore:
         floor, after the write (prompt_tier.py). Raises NonFinite, writing nothing, for a cache
         holding NaN or infinite values, and OSError when the write itself fails (no file is left).
         """
+        check_finite(cache_arrays(cache))  # before any room is made for it
         arrays = sum(a.nbytes for a in cache_arrays(cache))
         need = arrays + HEADER_ALLOWANCE + HEADER_PER_TOKEN * len(tokens)
         with tier_locked(self.folder.parent, self._closing):
