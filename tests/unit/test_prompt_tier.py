@@ -99,7 +99,9 @@ def test_one_bound_holds_for_every_model_folder_and_only_unowned_ones_are_evicte
     third = PromptStore(a, bound, signature)  # a is served again: its files are its owner's
     stores.append(third)
     second.write(tuple(prompt(4)), kv(model, prompt(4)), SHARED)
-    assert len(files(a)) == 1 and [p.name for p in files(b)] == [second.find(prompt(4), ("", ""))[0].name]  # type: ignore[union-attr]
+    newest, _ = second.find(prompt(4), ("", ""))
+    assert newest is not None and second.find(prompt(3), ("", "")) == (None, 0)  # its own oldest went
+    assert len(files(a)) == 1 and [p.name for p in files(b)] == [newest.name]  # a's file stayed
     assert sum(p.stat().st_size for p in files(a) + files(b)) <= bound
 
 
