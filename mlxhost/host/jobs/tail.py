@@ -9,9 +9,9 @@ one. A log with two (a job that wrote its own, then the host wrote one for it) g
 A finished job's log may be tens of megabytes: it is read and parsed a chunk (`READ_CHUNK`) at a
 time in a worker thread, never on the event loop every stream shares, and never whole. A tail
 holds one chunk's events at a time; the next chunk is read only when the consumer asks (a slow
-SSE client's socket pushes back through the response's send). Worker threads are shared by
-`READERS` at most, so replays wait their turn rather than take the thread pool; `TailSlots` caps how
-many SSE tails a host serves at once.
+SSE client's socket pushes back through the response's send). All tails share `READERS` worker
+threads (parsing holds the GIL the event loop needs too), so replays wait their turn rather than
+take the thread pool; `TailSlots` caps how many SSE tails a host serves at once.
 
 `tail` is the reader; `job_event_stream` is the SSE response around it (`retry:` first, an `id:`
 per line so a client resumes with `Last-Event-ID`, then `event: end`).
@@ -37,7 +37,7 @@ HEARTBEAT = 10.0  # seconds of quiet before an SSE comment
 RETRY_MS = 1500
 READ_CHUNK = 256 * 1024  # bytes of log read and parsed per worker-thread call
 MAX_LINE = 1 << 20  # bytes: a longer line is skipped (numbered, not sent), never held whole
-READERS = anyio.CapacityLimiter(4)  # worker threads all tails share
+READERS = anyio.CapacityLimiter(2)  # worker threads all tails share: each holds the GIL as it parses
 SLOTS_RETRY_AFTER_S = 5
 
 Event = tuple[int, JobLogEvent]
