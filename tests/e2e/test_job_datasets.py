@@ -5,6 +5,7 @@ a refused one. The reader itself is unit-tested in tests/unit/test_job_datasets.
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -163,6 +164,7 @@ def test_serving_goes_on_while_a_200_mb_dataset_is_read(
         f"read in {took:.1f} s; {len(pings)} pings, the slowest {slowest:.3f} s; rss +{(peak - baseline) >> 20} MiB"
     )
     assert took > 1.0 and len(pings) >= 5, "the read was too quick to say anything"
-    # Read on the event loop, the first /health would wait for nearly all of it.
-    assert slowest < took / 2, pings
+    # Read on the event loop, /health would wait for nearly all of it: a ping or two in all, each
+    # as long as the read. The median, not the slowest: one ping may meet a busy moment.
+    assert statistics.median(pings) < took / 4, pings
     assert peak - baseline < 64 << 20, f"the host grew by {peak - baseline:,} bytes"

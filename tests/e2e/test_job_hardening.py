@@ -70,6 +70,9 @@ def test_a_full_state_dir_fails_the_job_not_the_host_and_a_restart_serves(
                 assert ended["state"] in TERMINAL and ended["pid"] is None and ended["error"], ended
                 assert host.process.poll() is None, "".join(host.log[-40:])
                 assert chat(host) == 200
+                health = admin.get("/health")
+                assert health.status_code == 200  # serving goes on: the host is healthy, its jobs are not
+                assert f"the state directory {state} is full" in health.json()["state_dir_problem"]
 
                 refused = admin.post("/admin/jobs", json={"kind": "quantize", "model": "tiny"})
                 assert refused.status_code == 507, refused.text
@@ -193,9 +196,10 @@ def test_replaying_long_logs_leaves_other_streams_and_health_flowing(
         f"largest frame gap {max(gaps):.3f}s over {len(gaps)} frames (before the tails: {quiet:.3f}s); "
         f"largest /health {max(health_s):.3f}s"
     )
-    # Before: one replay of this log left streams without a frame for ~10 s.
-    assert max(gaps) < 2.0
-    assert max(health_s) < 2.0
+    # Before: one replay of this log left streams without a frame for ~10 s (four: for ~40 s). The
+    # bound is wide, for a loaded machine: here the largest gap was 0.13-0.27 s.
+    assert max(gaps) < 5.0
+    assert max(health_s) < 5.0
 
 
 def test_tails_past_the_cap_are_refused_with_retry_after(host: RunningHost, long_log_job: dict[str, Any]) -> None:
