@@ -43,7 +43,9 @@ from mlxhost.wire.errors import (
 from mlxhost.wire.headers import CACHE_SCOPE_HEADER, INTERNAL_PREFIX, SESSION_HEADER
 from mlxhost.wire.inert import excerpt
 
-__all__ = ["DETAIL_KEY", "FrontDoor", "api_keys", "front_door", "health_detail", "is_loopback", "warn_if_exposed"]
+__all__ = [
+    "DETAIL_KEY", "FrontDoor", "api_keys", "front_door", "health_detail", "is_loopback", "warn_if_exposed"
+]
 
 logger = logging.getLogger("mlxhost")
 

@@ -40,7 +40,8 @@ def prepare_state_dir(settings: Any) -> Path:
                 "state directory %s was mode %o: now 0700 (it holds prompts and job logs)", path, mode
             )
     except OSError as exc:
-        raise StartupError(f"cannot use the state directory {path} (--state-dir): {exc.strerror or exc}") from None
+        why = exc.strerror or exc
+        raise StartupError(f"cannot use the state directory {path} (--state-dir): {why}") from None
     if os.statvfs(path).f_flag & os.ST_RDONLY or not os.access(path, os.W_OK | os.X_OK):
         raise StartupError(
             f"the state directory {path} (--state-dir) is read-only; name a writable one with --state-dir"

@@ -116,7 +116,7 @@ def openapi_document() -> dict[str, Any]:
             },
             "/health": {
                 "get": {
-                    "summary": "Liveness; with credentials (when keys are set), workers, engine counters and memory",
+                    "summary": "Liveness; workers, counters and memory to callers with credentials",
                     "responses": {
                         "200": {"description": "serving", **_json(plain)},
                         **_errors(503),
