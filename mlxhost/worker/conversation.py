@@ -28,6 +28,7 @@ from mlxhost.worker.engine import Engine
 from mlxhost.worker.generation import ThinkingBudget
 from mlxhost.worker.grammar import Grammar, GrammarError, GrammarSpec, ToolSpec, closed
 from mlxhost.worker.output import OutputParser
+from mlxhost.worker.satisfiable import why_unsatisfiable
 
 __all__ = [
     "EFFORT_BUDGETS",
@@ -131,6 +132,8 @@ async def prepare(engine: Engine, conversation: Conversation) -> Prepared:
             param=conversation.tool_choice_param,
         )
     spec = _grammar_spec(engine, conversation)
+    if spec is None or spec.kind != "tool_calls":  # a forced call's grammar checks its tools itself
+        _refuse_unsatisfiable_tools(tools)
     template_args = dict(conversation.template_args)
     if conversation.thinking is not None:
         template_args["enable_thinking"] = conversation.thinking
@@ -197,6 +200,18 @@ EFFORT_BUDGETS: Mapping[str, int | None] = {
 def effort_budget(effort: str | None) -> int | None:
     """The reasoning budget of an effort; None (no bound) for none given or "max"."""
     return None if effort is None else EFFORT_BUDGETS.get(effort)
+
+
+def _refuse_unsatisfiable_tools(tools: Sequence[Tool]) -> None:
+    """A tool no arguments satisfy is refused whether or not a call is forced: the model could
+    only ever call it wrongly. Linear in the schemas, so cheap for an agent's twenty tools."""
+    for tool in tools:
+        if tool.parameters is not None and (why := why_unsatisfiable(tool.parameters)) is not None:
+            param = tool.param or "tools"
+            why = why.replace("the schema", "its parameters")
+            raise InvalidRequest(
+                f"{param}: tool '{excerpt(tool.name)}': {why}", param=param, code="invalid_schema"
+            )
 
 
 def _grammar_spec(engine: Engine, conversation: Conversation) -> GrammarSpec | None:

@@ -102,6 +102,18 @@ def test_chat_required_tool(server: RunningHost) -> None:
     refused(post(server, "/v1/chat/completions", body), "tools[0].function.parameters")
 
 
+@pytest.mark.parametrize("choice", ["auto", "none", None])
+def test_a_tool_no_arguments_satisfy_is_refused_unforced_too(server: RunningHost, choice: str | None) -> None:
+    body = {
+        "model": "tiny",
+        "messages": ASK,
+        "max_tokens": 4,
+        "tools": [function("fine", {"type": "object"}), function("bad", REQUIRES_ITSELF)],
+        **({"tool_choice": choice} if choice else {}),
+    }
+    refused(post(server, "/v1/chat/completions", body), "tools[1].function.parameters")
+
+
 def test_chat_required_tool_among_good_ones(server: RunningHost) -> None:
     # The model could call the good tool, but a forced call to one no arguments satisfy is the
     # client's mistake: said before the model runs, not left to chance.
