@@ -326,8 +326,8 @@ class PromptStore:
     def _make_room(self, need: int, tier: Others) -> bool:
         """Remove least recently used files until `need` more bytes fit; False if they cannot.
 
-        Under the tier's lock. The files of this folder and of folders nobody owns are candidates,
-        oldest use first; those of folders other workers own only count.
+        Under the tier's lock. The files of every folder are candidates, oldest use first (one
+        LRU for the directory, prompt_tier.py).
         """
         with self._lock:
             own = [(self._used.get(e.name, 0), e.size, e) for e in self._entries.values()]
@@ -348,8 +348,7 @@ class PromptStore:
                         reason,
                         "prompt cache: not writing an entry of %d bytes: %s",
                         need,
-                        f"the prompt-cache directory's bound ({self.max_bytes} bytes) is taken by other "
-                        "workers' folders"
+                        f"it is larger than the prompt-cache directory's bound ({self.max_bytes} bytes)"
                         if reason == "bound"
                         else f"the filesystem would have less than {floor} bytes free ({free} now)",
                     )

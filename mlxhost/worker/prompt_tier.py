@@ -8,13 +8,14 @@ its own, and a bound per folder let disk use grow by a whole bound per job.
 
 How the workers share it: a worker changes the directory only while it holds the tier's own lock
 (`prompt-cache/.lock`), and only briefly: to write one file and make room for it, and at its
-start to sweep. Under that lock it counts every cache file of every folder. It may delete files
-of its own folder and of folders no worker owns (it takes their lock without waiting, and holds it
-while it deletes), never files of a folder another worker owns: those count towards the bound,
-and their owner evicts them on its own writes. Room is made by removing the least recently used
-files it may delete (a file's mtime is its last use, in every folder). So the directory is within
-the bound after every write, unless folders that other workers own hold more than all of it, which
-their owners' next writes correct.
+start to sweep. Under that lock it counts every cache file of every folder, and makes room by
+removing the least recently used ones, whichever folder they are in (a file's mtime is its last
+use, in every folder): one LRU for the directory, so a model that filled the bound first does not
+keep every other model's caches off the disk for as long as its worker lives. Removing a file of
+a folder another worker owns is safe: no file is being written while the tier's lock is held, a
+file that is being read stays readable once opened, and an owner that later looks for a removed
+file takes it as evicted (a miss: the request prefills). So the directory is within the bound
+after every write. Whole folders are removed only when no worker owns them (their lock is taken).
 
 Room is also free space: a file is written only if the filesystem keeps `free_floor` bytes free
 after it, whatever the bound says, so that the cache never takes the space the host's job store,
@@ -110,7 +111,7 @@ class Others:
     """The other folders' cache files, as seen under the tier's lock."""
 
     deletable: list[tuple[int, int, Path]] = field(default_factory=list)  # (last use ns, size, path)
-    bytes: int = 0  # of all of them, deletable or not
+    bytes: int = 0  # of all of them
     locks: list[int] = field(default_factory=list)
 
     def release(self) -> None:
@@ -120,7 +121,10 @@ class Others:
 
 
 def others(root: Path, own: Path) -> Others:
-    """Every other folder's cache files; those of folders no worker owns are deletable (locked)."""
+    """Every other folder's cache files, oldest use first; all may be evicted (see the module).
+
+    Folders no worker owns are locked meanwhile, so that a worker starting on one meanwhile
+    indexes what is left of it, not what is being removed."""
     found = Others()
     for folder in _folders(root, own):
         fd = lock_nowait(folder)
@@ -128,8 +132,7 @@ def others(root: Path, own: Path) -> Others:
             found.locks.append(fd)
         for path, info in _cache_files(folder):
             found.bytes += info.st_size
-            if fd is not None:
-                found.deletable.append((info.st_mtime_ns, info.st_size, path))
+            found.deletable.append((info.st_mtime_ns, info.st_size, path))
     found.deletable.sort()
     return found
 

@@ -314,3 +314,38 @@ def test_a_small_filesystem_keeps_its_floor_free_and_every_request_is_answered(
     assert lowest[0] >= floor
     assert stats["disk_writes"] >= 60 and stats["disk_entries"] >= 1  # evicted to make room, not refused
     assert "could not write" not in log
+
+
+@pytest.mark.slow
+def test_one_bound_for_every_model_and_a_gone_models_folder_is_removed(tiny_model: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bound = 1 << 20
+    gone = shutil.copytree(tiny_model, tmp_path / "models" / "pruned-fine-tune")
+    state = tmp_path / "state"
+    config = tmp_path / "models.toml"
+    config.write_text(f'[[model]]\npath = "{tiny_model}"\n[[model]]\nid = "pruned"\npath = "{gone}"\n')
+    both = ("--config", str(config), "--state-dir", str(state), "--prompt-cache-disk-mb", "1")
+    with start_host(*both) as first, first.client() as client:
+        for model in ("tiny", "pruned"):
+            for _ in range(4):  # each entry is over 300 KiB: two models' worth is past the bound
+                ask(client, conversation(), model=model)
+            wait_until(lambda m=model: (d := disk_of(first, m))["disk_writes"] + d["disk_dropped_writes"] >= 4)
+        assert disk_of(first, "pruned")["disk_writes"] >= 3  # room was made, in the other's folder too
+    folders = {p for p in (state / "prompt-cache").iterdir() if p.is_dir()}
+    assert len(folders) == 2
+    # One bound for the whole directory (one LRU across its folders), not one for each folder.
+    assert 0 < sum(p.stat().st_size for p in cache_files(state)) <= bound
+    assert any("pruned-fine-tune" in p.parent.name for p in cache_files(state))
+
+    shutil.rmtree(gone)  # the fine-tune's job was pruned
+    with start_host("--model", str(tiny_model), "--state-dir", str(state), "--prompt-cache-disk-mb", "1") as second:
+        with second.client() as client:
+            ask(client, conversation())
+        left = {p for p in (state / "prompt-cache").iterdir() if p.is_dir()}
+        assert len(left) == 1 and left < folders and "pruned-fine-tune" not in next(iter(left)).name
+    assert "pruned-fine-tune" in "".join(second.log)  # said why the folder went
+
+
+def disk_of(host: RunningHost, model: str) -> dict[str, Any]:
+    return host.worker_health(model)["prompt_cache"]  # type: ignore[no-any-return]
