@@ -33,6 +33,7 @@ from mlxhost.job.dataset import Split, read_lines, tokenize
 from mlxhost.job.log import JobLog
 from mlxhost.job.spec import model_directory, option
 from mlxhost.job.stop import Stop
+from mlxhost.wire.admin.job_requests import DEFAULT_NUM_LAYERS
 from mlxhost.wire.admin.jobs import JobProgress, LaunchedJob
 
 __all__ = ["finetune", "lora_arguments"]
@@ -56,7 +57,7 @@ def lora_arguments(spec: LaunchedJob, output: Path) -> types.SimpleNamespace:
         iters=option(options, "iters", int, 100),
         batch_size=option(options, "batch_size", int, 4),
         learning_rate=option(options, "learning_rate", float, 1e-5),
-        num_layers=option(options, "num_layers", int, 16),
+        num_layers=option(options, "num_layers", int, DEFAULT_NUM_LAYERS),
         steps_per_report=option(options, "steps_per_report", int, 10),
         steps_per_eval=option(options, "steps_per_eval", int, 200),
         max_seq_length=option(options, "max_seq_length", int, 2048),
@@ -91,7 +92,9 @@ def finetune(spec: LaunchedJob, partial: Path, log: JobLog, stop: Stop) -> None:
     model.freeze()
     layers = len(model.layers)
     if args.num_layers > layers:
-        raise JobError(f"num_layers={args.num_layers}, but the model has {layers} layers (-1 trains all)")
+        if spec.options.get("num_layers") is not None:
+            raise JobError(f"num_layers={args.num_layers}, but the model has {layers} layers (-1 trains all)")
+        args.num_layers = layers  # the default, not asked for: a smaller model is adapted whole
     linear_to_lora_layers(model, args.num_layers, args.lora_parameters)
     trainable = sum(v.size for v in dict(tree_flatten(model.trainable_parameters())).values())
     total = get_total_parameters(model)

@@ -327,6 +327,16 @@ def test_bad_submissions_are_refused_naming_the_field(
     assert len(admin.get("/admin/jobs").json()["data"]) == before  # nothing half-created
 
 
+def test_a_finetune_without_num_layers_fits_the_default_to_the_model(admin: httpx.Client, dataset: Path) -> None:
+    # mlx-lm's default is 16 layers; the tiny model has 2: a default nobody sent must not refuse it.
+    job = submit(admin, kind="finetune", model="tiny", data=str(dataset), iters=2)
+    assert job["options"]["num_layers"] == 2
+    done = wait_job(admin, job["id"])
+    assert done["state"] == "succeeded", done
+    _, events = tail(admin, job["id"])
+    assert any("2 of 2 layers" in e.get("text", "") for _, e in events), events[:6]
+
+
 def test_a_malformed_dataset_is_refused_before_it_runs(admin: httpx.Client, tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data")
     response = admin.post(

@@ -26,7 +26,13 @@ import anyio
 
 from mlxhost.config import ModelSpec
 from mlxhost.wire.admin.dataset_lines import DatasetError, read_examples
-from mlxhost.wire.admin.job_requests import FinetuneRequest, FuseRequest, JobRequest, QuantizeRequest
+from mlxhost.wire.admin.job_requests import (
+    DEFAULT_NUM_LAYERS,
+    FinetuneRequest,
+    FuseRequest,
+    JobRequest,
+    QuantizeRequest,
+)
 from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobState
 from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.inert import escape_controls, excerpt
@@ -65,7 +71,12 @@ async def resolve(
         data = await anyio.to_thread.run_sync(_dataset, request.data, request.batch_size)
         options["data"] = str(data)
         layers = _config(path).get("num_hidden_layers")
-        if isinstance(layers, int) and request.num_layers > layers:
+        if request.num_layers is None:
+            # A default the user did not send must fit the model: a smaller one is adapted whole,
+            # as mlx-lm does. Not told its layers here, the job fits the default once it loads it.
+            known = isinstance(layers, int) and layers > 0
+            options["num_layers"] = min(layers, DEFAULT_NUM_LAYERS) if known else None
+        elif isinstance(layers, int) and request.num_layers > layers:
             raise InvalidRequest(
                 f"num_layers: {request.num_layers}, but '{spec.id}' has {layers} layers (-1 adapts all)",
                 param="num_layers",

@@ -14,9 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.inert import excerpt
 
-__all__ = ["FinetuneRequest", "FuseRequest", "JobRequest", "QuantizeRequest", "parse_job_request"]
+__all__ = [
+    "DEFAULT_NUM_LAYERS",
+    "FinetuneRequest", "FuseRequest", "JobRequest", "QuantizeRequest", "parse_job_request"]
 
 _NAME = Field(min_length=1, max_length=256)
+DEFAULT_NUM_LAYERS = 16  # mlx_lm.lora's
 
 
 class _Request(BaseModel):
@@ -35,7 +38,9 @@ class FinetuneRequest(_Request):
     batch_size: Annotated[int, Field(ge=1, le=1024)] = 4
     learning_rate: Annotated[float, Field(gt=0, le=1)] = 1e-5
     rank: Annotated[int, Field(ge=1, le=1024)] = 8
-    num_layers: Annotated[int, Field(ge=-1, le=4096)] = 16  # the last N layers get adapters; -1: all
+    # The last N layers get adapters; -1: all. Left out: mlx-lm's 16, or all of a smaller model
+    # (as mlx-lm adapts them), set by the host that knows the model (`DEFAULT_NUM_LAYERS`).
+    num_layers: Annotated[int, Field(ge=-1, le=4096)] | None = None
     steps_per_report: Annotated[int, Field(ge=1, le=1_000_000)] = 10
     steps_per_eval: Annotated[int, Field(ge=1, le=1_000_000)] = 200
     max_seq_length: Annotated[int, Field(ge=16, le=1_048_576)] = 2048
