@@ -93,14 +93,16 @@ def test_one_bound_holds_for_every_model_folder_with_one_lru_across_them(
     second = PromptStore(b, bound, signature)
     stores.append(second)
     second.write(tuple(prompt(3)), kv(model, prompt(3)), SHARED)
-    assert (len(files(a)), len(files(b))) == (1, 1)  # the least recently used of all went: a's first
+    assert (len(files(a)), len(files(b))) == (1, 1)  # the least recently used of all went: one of a's
     assert sum(p.stat().st_size for p in files(a) + files(b)) <= bound
 
     third = PromptStore(a, bound, signature)  # a is served again, by a worker of its own
     stores.append(third)
     wait_until(lambda: third.ready)
-    kept, _ = third.find([*prompt(2), 1], ("", ""))  # a longer prompt starts from it
-    assert kept is not None
+    # Which of a's two files is left depends on their mtimes, which the kernel's coarse clock may
+    # make equal: look for either (a longer prompt starts from it).
+    found = [third.find([*prompt(n), 1], ("", ""))[0] for n in (1, 2)]
+    kept = next(e for e in found if e is not None)
     second.write(tuple(prompt(4)), kv(model, prompt(4)), SHARED)
     # The oldest of all went, though another worker owns it: a model that filled the bound first
     # does not keep the others' caches off the disk.
