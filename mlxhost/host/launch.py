@@ -17,27 +17,11 @@ import anyio.abc
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.runtime.children import python_module
 from mlxhost.wire.inert import excerpt
-from mlxhost.wire.launch import PROTOCOL_VERSION, LaunchRecord, ReadyLine
+from mlxhost.wire.launch import PROTOCOL_VERSION, WORKER_OPTIONS, LaunchRecord, ReadyLine, WorkerOptions
 from mlxhost.wire.layout import state_dir
 
-__all__ = ["MAX_LINE", "WORKER_OPTIONS", "launch_record", "lines", "refusal", "worker_command"]
+__all__ = ["MAX_LINE", "launch_record", "lines", "refusal", "worker_command"]
 
-WORKER_OPTIONS = (
-    "max_body_bytes",
-    "default_max_tokens",
-    "max_tokens_limit",
-    "max_batch",
-    "prefill_batch",
-    "prefill_step",
-    "prompt_cache_size",
-    "prompt_cache_mb",
-    "prompt_cache_disk_mb",
-    "keepalive_seconds",
-    "stream_interval",
-    "shutdown_grace",
-    "stall_timeout",
-    "log_level",
-)
 MAX_LINE = 1 << 20
 
 
@@ -52,12 +36,13 @@ def worker_command(settings: Settings) -> list[str]:
 
 
 def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket: Path) -> LaunchRecord:
-    options = {name: getattr(settings, name) for name in WORKER_OPTIONS}
+    values = {name: getattr(settings, name) for name in WORKER_OPTIONS}
     # Resolved here, so that every worker of this host files its prompt caches in the same place.
-    options["state_dir"] = str(state_dir(settings))
+    values["state_dir"] = str(state_dir(settings))
     for name in ("max_batch", "max_tokens_limit"):
         if getattr(spec, name) is not None:
-            options[name] = getattr(spec, name)
+            values[name] = getattr(spec, name)
+    options = WorkerOptions(**values)
     return LaunchRecord(
         worker_id=spec.id,
         socket=str(socket),

@@ -24,7 +24,7 @@ again, since every try would end the same way. Data only: the parent and the wor
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = [
@@ -36,12 +36,14 @@ __all__ = [
     "PROTOCOL_VERSION",
     "WORKER_READY",
     "WORKER_STANDBY",
+    "WORKER_OPTIONS",
     "BadLaunchRecord",
     "LaunchRecord",
     "MemoryReading",
     "ReadyLine",
     "SessionProgress",
     "StandbyLine",
+    "WorkerOptions",
     "parse_line",
 ]
 
@@ -66,13 +68,48 @@ class BadLaunchRecord(Exception):
 
 
 @dataclass(frozen=True)
+class WorkerOptions:
+    """The settings a worker reads, by their `Settings` names: exactly those, and no others.
+
+    The parent fills every one from its own settings (a model's own `max_batch` and
+    `max_tokens_limit` over the host's); None is the setting's default, for a record written by
+    hand (tests). `tests/unit/test_launch.py` fails when worker code reads a setting this record
+    does not carry: such a setting would silently keep its default in every worker. Not carried:
+    what only a worker that is its own host (`--in-process`) reads, its front door's settings.
+    """
+
+    max_body_bytes: int | None = None
+    body_timeout: float | None = None
+    default_max_tokens: int | None = None
+    max_tokens_limit: int | None = None
+    max_batch: int | None = None
+    prefill_batch: int | None = None
+    prefill_step: int | None = None
+    prompt_cache_size: int | None = None
+    prompt_cache_mb: int | None = None
+    prompt_cache_disk_mb: int | None = None
+    keepalive_seconds: float | None = None
+    stream_interval: float | None = None
+    shutdown_grace: float | None = None
+    stall_timeout: float | None = None
+    log_level: str | None = None
+    state_dir: str | None = None  # resolved by the parent: every worker files its caches in one place
+
+    def given(self) -> dict[str, Any]:
+        """The options the record sets (not None), by name."""
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+
+WORKER_OPTIONS = tuple(f.name for f in fields(WorkerOptions))
+
+
+@dataclass(frozen=True)
 class LaunchRecord:
     worker_id: str
     socket: str
     model_path: str
     model_id: str
-    # Serving options, by their Settings names (max_batch, default_max_tokens, ...).
-    options: dict[str, Any] = field(default_factory=dict)
+    options: WorkerOptions = field(default_factory=WorkerOptions)
     version: int = PROTOCOL_VERSION
     adapter_path: str | None = None  # LoRA adapters loaded over the model
     # A worker group's rank (MLX_RANK set by mlx.launch): how the model is split, "tensor" or
@@ -96,15 +133,19 @@ class LaunchRecord:
                 f"launch record protocol version {version!r}, this worker speaks "
                 f"{PROTOCOL_VERSION}: parent and worker come from different mlxhost versions"
             )
+        options = data.get("options", {})
+        if not isinstance(options, dict):
+            raise BadLaunchRecord("malformed launch record: 'options' must be an object")
+        unknown = sorted(set(options) - set(WORKER_OPTIONS))
+        if unknown:
+            raise BadLaunchRecord(f"malformed launch record: unknown options {', '.join(map(repr, unknown))}")
         try:
-            record = cls(**data)
+            record = cls(**{**data, "options": WorkerOptions(**options)})
         except TypeError as exc:
             raise BadLaunchRecord(f"malformed launch record: {exc}") from None
         for name in ("worker_id", "socket", "model_path", "model_id"):
             if not isinstance(getattr(record, name), str) or not getattr(record, name):
                 raise BadLaunchRecord(f"malformed launch record: '{name}' must be a non-empty string")
-        if not isinstance(record.options, dict):
-            raise BadLaunchRecord("malformed launch record: 'options' must be an object")
         if record.adapter_path is not None and (not isinstance(record.adapter_path, str) or not record.adapter_path):
             raise BadLaunchRecord("malformed launch record: 'adapter_path' must be a non-empty string or null")
         if record.sharding not in (None, "tensor", "pipeline"):

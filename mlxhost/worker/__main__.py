@@ -84,7 +84,7 @@ def main() -> None:
         sys.exit(0)
     try:
         record = LaunchRecord.decode(line)
-        settings = settings_from_options(record.options)
+        settings = settings_from_options(record.options.given())
     except (BadLaunchRecord, ConfigError) as exc:
         print(f"mlxhost worker: {exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_LAUNCH)

@@ -67,7 +67,10 @@ async def serve_model(
     options = engine_options(settings, adapter_path, sharding)
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id)
-        listener = Listener(binds, max_connections=settings.max_connections)
+        # Behind a parent, the parent is the one client: its admission bounds what it sends, and a
+        # cap meant for the public (`--max-connections=3`) would turn its own requests away.
+        cap = settings.max_connections if settings.in_process else None
+        listener = Listener(binds, max_connections=cap)
         on_ready(engine, listener)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:

@@ -13,7 +13,7 @@ import pytest
 
 from mlxhost.config import Settings
 from mlxhost.host.standby import StandbyPool
-from mlxhost.wire.launch import WORKER_READY, LaunchRecord, ReadyLine, parse_line
+from mlxhost.wire.launch import WORKER_READY, LaunchRecord, ReadyLine, WorkerOptions, parse_line
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +62,7 @@ async def test_take_hands_over_a_warm_process_that_serves_and_a_replacement_come
         out: list[str] = []
         standby.attach(out.append, lambda line: None)
         socket = tmp_path / "w.sock"
-        record = LaunchRecord("w", str(socket), str(tiny_model), "tiny", options={"state_dir": str(tmp_path)})
+        record = LaunchRecord("w", str(socket), str(tiny_model), "tiny", options=WorkerOptions(state_dir=str(tmp_path)))
         process = standby.process
         assert process.stdin is not None
         await process.stdin.send(record.encode())

@@ -3,6 +3,7 @@ worker writes and the parent reads, and what the parent builds and refuses."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import sys
@@ -12,17 +13,19 @@ from typing import Any
 import anyio
 import pytest
 
-from mlxhost.config import ModelSpec, Settings
-from mlxhost.host.launch import MAX_LINE, WORKER_OPTIONS, launch_record, lines, refusal, worker_command
+from mlxhost.config import ModelSpec, Settings, settings_from_options
+from mlxhost.host.launch import MAX_LINE, launch_record, lines, refusal, worker_command
 from mlxhost.wire.launch import (
     PROTOCOL_VERSION,
     WORKER_EVENT,
+    WORKER_OPTIONS,
     WORKER_READY,
     BadLaunchRecord,
     LaunchRecord,
     MemoryReading,
     ReadyLine,
     SessionProgress,
+    WorkerOptions,
     parse_line,
 )
 
@@ -31,7 +34,7 @@ RECORD = LaunchRecord(
     socket="/run/mlxhost/w-1.sock",
     model_path="/models/café 日本",
     model_id="chat",
-    options={"max_batch": 4, "stream_interval": 0.02, "log_level": "info"},
+    options=WorkerOptions(max_batch=4, stream_interval=0.02, log_level="info"),
 )
 
 
@@ -142,17 +145,53 @@ def test_the_launch_record_carries_the_serving_options_with_the_model_s_own_limi
         model_path="/models/a",
         model_id="chat",
         # The state directory goes resolved: every worker files its prompt caches in one place.
-        options={**{name: getattr(settings, name) for name in WORKER_OPTIONS}, "state_dir": "/var/mh"},
+        options=WorkerOptions(
+            **{name: getattr(settings, name) for name in WORKER_OPTIONS if name != "state_dir"},
+            state_dir="/var/mh",
+        ),
     )
-    assert plain.options["max_batch"] == 16 and plain.options["stream_interval"] == 0.05
+    assert plain.options.max_batch == 16 and plain.options.stream_interval == 0.05
+    # Every option the worker reads comes from the operator's settings (body_timeout was left out).
+    assert plain.options.body_timeout == settings.body_timeout
     own = ModelSpec("big", "org/big", max_batch=2, max_tokens_limit=128)
     record = launch_record(own, Path("/cache/big"), settings, Path("/run/b.sock"))
     assert record.model_path == "/cache/big" and record.model_id == "big"
-    assert record.options["max_batch"] == 2 and record.options["max_tokens_limit"] == 128
-    assert record.options["keepalive_seconds"] == 3.0
+    assert record.options.max_batch == 2 and record.options.max_tokens_limit == 128
+    assert record.options.keepalive_seconds == 3.0
     # What the parent writes, the worker reads back whole, and every option names a setting.
     assert LaunchRecord.decode(record.encode()) == record
-    assert set(record.options) <= {f.name for f in dataclasses.fields(Settings)}
+    assert set(WORKER_OPTIONS) <= {f.name for f in dataclasses.fields(Settings)}
+    assert settings_from_options(record.options.given()).body_timeout == settings.body_timeout
+
+
+def test_a_launch_record_with_an_option_the_worker_does_not_take_is_refused() -> None:
+    line = RECORD.encode().replace(b'"options": {', b'"options": {"api_key": "s3cret", ', 1)
+    with pytest.raises(BadLaunchRecord, match="unknown options 'api_key'"):
+        LaunchRecord.decode(line)
+
+
+def _settings_read_in(folder: Path) -> set[str]:
+    """Every `settings.NAME` (and `x.settings.NAME`) the code under `folder` reads."""
+    names = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Attribute):
+                continue
+            holder = node.value
+            if (isinstance(holder, ast.Name) and holder.id == "settings") or (
+                isinstance(holder, ast.Attribute) and holder.attr == "settings"
+            ):
+                names.add(node.attr)
+    return names
+
+
+def test_the_launch_record_carries_every_setting_the_worker_reads() -> None:
+    read = _settings_read_in(Path(__file__).resolve().parents[2] / "mlxhost" / "worker")
+    assert {"max_batch", "stall_timeout", "max_connections", "body_timeout"} <= read  # the scan sees them
+    # What only a worker that is its own host reads (`--in-process`): a launched one's one client is
+    # its parent, whose admission bounds its connections (worker/serve.py).
+    own_host = {"in_process", "max_connections"}
+    assert read - own_host <= set(WORKER_OPTIONS), "settings the worker reads but is not sent"
 
 
 def ready(**changes: Any) -> ReadyLine:
