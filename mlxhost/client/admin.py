@@ -24,6 +24,7 @@ from httpx_sse import aconnect_sse
 from mlxhost.client.discovery import find_host
 from mlxhost.wire.admin import AdminEvent, HostState, parse_event
 from mlxhost.wire.admin.jobs import JobLogEvent, JobRecord, parse_log_line
+from mlxhost.wire.sse import READ_TIMEOUT_S
 
 __all__ = ["AdminClient", "AdminRefused", "EventStreamCut", "HostNotFound", "Target", "find_target"]
 
@@ -173,8 +174,8 @@ class AdminClient:
         self.end_reason = None
         headers = {"last-event-id": str(after)} if after is not None else {}
         async with aconnect_sse(
-            # The host sends a heartbeat every 10 s: a silence of 30 s is a dead connection.
-            self._http, "GET", "/admin/events", headers=headers, timeout=httpx.Timeout(5.0, read=30.0)
+            # The host is never quiet for longer than a heartbeat: a longer silence is a dead connection.
+            self._http, "GET", "/admin/events", headers=headers, timeout=httpx.Timeout(5.0, read=READ_TIMEOUT_S)
         ) as source:
             source.response.raise_for_status()
             async for sse in source.aiter_sse():
@@ -226,7 +227,7 @@ class AdminClient:
         async with aconnect_sse(
             # The host sends heartbeats while the log is quiet: a long silence is a dead connection.
             self._http, "GET", f"/admin/jobs/{_segment(job_id)}/events", headers=headers,
-            timeout=httpx.Timeout(5.0, read=30.0),
+            timeout=httpx.Timeout(5.0, read=READ_TIMEOUT_S),
         ) as source:  # fmt: skip
             if source.response.is_error:
                 await source.response.aread()

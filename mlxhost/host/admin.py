@@ -11,23 +11,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Message, Send
 
 from mlxhost.config import ModelSpec
-from mlxhost.host.events import Published, end_frame
+from mlxhost.host.events import Published
 from mlxhost.host.pool import ModelPool
 from mlxhost.host.sessions import CancelReason
 from mlxhost.host.state import ParentState, parent_state
+from mlxhost.runtime.sse import End, EventStream, Frames
 from mlxhost.wire.admin import (
-    END_HOST_STOPPING,
-    END_LAGGED,
     HostRecord,
     HostState,
     SessionsRecord,
@@ -36,11 +33,10 @@ from mlxhost.wire.admin import (
 )
 from mlxhost.wire.errors import InvalidRequest, NotFound
 from mlxhost.wire.inert import excerpt
+from mlxhost.wire.sse import END_HOST_STOPPING, END_LAGGED, HEARTBEAT_S
 
-__all__ = ["WatchedStream", "admin_routes", "host_state", "sessions_record", "standby_records"]
+__all__ = ["admin_routes", "host_state", "sessions_record", "standby_records"]
 
-HEARTBEAT = 10.0  # seconds between SSE comments on a quiet event stream
-RETRY_MS = 2000
 MAX_SEQ_DIGITS = 20  # an event number fits in 64 bits
 
 
@@ -101,59 +97,29 @@ async def events(request: Request) -> Response:
     host = parent_state(request)
     subscription = host.events.subscribe(_resume_point(request))
 
-    async def stream() -> AsyncIterator[bytes]:
+    async def frames() -> Frames:
         try:
-            yield f"retry: {RETRY_MS}\n\n".encode()
             while True:
                 published: Published | None = None
-                with anyio.move_on_after(HEARTBEAT):
+                with anyio.move_on_after(HEARTBEAT_S):
                     try:
                         published = await subscription.receive()
                     except anyio.EndOfStream:
                         break
                 if published is None:
-                    yield b": heartbeat\n\n"
+                    yield None  # quiet: a heartbeat
                     continue
                 yield published.frame
                 if published.event["type"] == StreamLagged.TYPE:
-                    yield end_frame(END_LAGGED)
+                    yield End(END_LAGGED)
                     return
             # The hub ended the subscription: the host is stopping. Saying so lets a client
             # tell this end from a cut connection.
-            yield end_frame(END_HOST_STOPPING)
+            yield End(END_HOST_STOPPING)
         finally:
             await subscription.aclose()
 
-    return WatchedStream(
-        stream(),
-        idle_timeout=host.settings.idle_timeout,
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache"},
-    )
-
-
-class WatchedStream(StreamingResponse):
-    """An event stream that lets go of a client that stops reading for `idle_timeout`.
-
-    The hub drops a lagging subscriber without waiting for it, but the connection would stay:
-    a write to a client that never reads waits forever. This bounds that wait too.
-    """
-
-    def __init__(self, content: AsyncIterator[bytes], idle_timeout: float, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._idle_timeout = idle_timeout
-
-    async def stream_response(self, send: Send) -> None:
-        async def guarded(message: Message) -> None:
-            with anyio.fail_after(self._idle_timeout):
-                await send(message)
-
-        try:
-            await super().stream_response(guarded)
-        except TimeoutError:
-            pass  # the client stopped reading: end the response, and with it the connection
-        finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]  # unsubscribes
+    return EventStream(frames(), idle_timeout=host.settings.idle_timeout)
 
 
 async def list_sessions(request: Request) -> Response:

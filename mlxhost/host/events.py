@@ -28,7 +28,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mlxhost.wire.admin import AdminEvent, StreamLagged, StreamReset
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 
-__all__ = ["Event", "EventHub", "Published", "Subscription", "end_frame"]
+__all__ = ["Event", "EventHub", "Published", "Subscription"]
 
 Event = dict[str, Any]  # an event as it goes on the wire: what `AdminEvent.to_json` gives
 RING_SIZE = 2048
@@ -40,11 +40,6 @@ FIELD_CHARS = MESSAGE_CHARS + 64
 CONTAINER_ITEMS = 64  # items kept of a list or dict inside an event
 CONTAINER_DEPTH = 4  # deeper values are kept as an excerpt of their text
 
-
-
-def end_frame(reason: str) -> bytes:
-    """The last SSE frame of an event stream the host ends on purpose: `event: end`."""
-    return f"event: end\ndata: {json.dumps({'reason': reason})}\n\n".encode()
 
 
 def _bounded(value: Any, depth: int = 0) -> Any:

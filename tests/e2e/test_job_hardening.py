@@ -170,7 +170,7 @@ def test_replaying_long_logs_leaves_other_streams_and_health_flowing(
             admin.stream("GET", f"/admin/jobs/{long_log_job['id']}/events") as response,
         ):
             text = response.read()
-        assert text.endswith(b"event: end\ndata: {}\n\n")
+        assert text.endswith(b'event: end\ndata: {"reason": "done"}\n\n')
         received.append(text.count(b"\nid: "))
 
     tails = [threading.Thread(target=replay) for _ in range(4)]

@@ -140,8 +140,8 @@ def test_a_finetune_succeeds_and_its_adapter_serves_at_once(
     assert reply.model == model and reply.choices[0].message.content is not None
 
     text, events = tail(admin, job["id"])
-    assert text.startswith("retry: 1500\n\n")
-    assert text.endswith("event: end\ndata: {}\n\n")
+    assert text.startswith("retry: 2000\n\n")
+    assert text.endswith('event: end\ndata: {"reason": "done"}\n\n')
     kinds = [e["type"] for _, e in events]
     assert kinds[0] == "started" and kinds.count("progress") >= 2
     assert [k for k in kinds if k in TERMINAL] == ["succeeded"] and kinds[-1] == "succeeded"
@@ -389,7 +389,7 @@ def test_a_job_killed_with_its_host_is_interrupted_after_a_restart(
         terminal = [e for _, e in events if e["type"] in TERMINAL]
         assert len(terminal) == 1 and terminal[0]["type"] == "interrupted"
         assert events[-1][1] is terminal[0]
-        assert text.endswith("event: end\ndata: {}\n\n")
+        assert text.endswith('event: end\ndata: {"reason": "done"}\n\n')
         assert not (state / "jobs" / job["id"] / "output").exists()
 
 

@@ -112,3 +112,78 @@ def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     module.write_text("def f():\n    from ..worker import engine\n    import mlx.core\n")
     found = set(_imports(module, "mlxhost.host.probe"))
     assert found >= {"mlxhost.worker", "mlxhost.worker.engine", "mlx.core"}
+
+
+# A screen names its app's type for its checker only: the one circle, and no import at run time.
+TYPE_ONLY_CIRCLES = [{"mlxhost_tui.app", "mlxhost_tui.screens"}]
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """What a module imports when it is imported (`if TYPE_CHECKING:` blocks included)."""
+    name = _module_name(path)
+    package = name.split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join([*base, node.module] if node.module else base)
+                found.add(module)
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return found
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(group)
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    """Each floor stands on the ones below: the job tail once borrowed the admin stream's response
+    class, which closed admin → state → jobs.runner → jobs.tail → admin."""
+    paths = {_module_name(p): p for p in _sources("mlxhost", "tui")}
+    graph = {name: {m for m in _module_level_imports(path) if m in paths} for name, path in paths.items()}
+    assert [c for c in _circles(graph) if c not in TYPE_ONLY_CIRCLES] == []
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]  # it can fail

@@ -13,8 +13,8 @@ SSE client's socket pushes back through the response's send). All tails share `R
 threads (parsing holds the GIL the event loop needs too), so replays wait their turn rather than
 take the thread pool; `TailSlots` caps how many SSE tails a host serves at once.
 
-`tail` is the reader; `job_event_stream` is the SSE response around it (`retry:` first, an `id:`
-per line so a client resumes with `Last-Event-ID`, then `event: end`).
+`tail` is the reader; `job_event_stream` is the SSE response around it (runtime/sse.py: an `id:`
+per line so a client resumes with `Last-Event-ID`, then `event: end` with the reason `done`).
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ from pathlib import Path
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from mlxhost.host.admin import WatchedStream
+from mlxhost.runtime.sse import End, EventStream, Frames
 from mlxhost.wire.admin.jobs import INTERRUPTED_BY_EXIT, JobLogEvent, JobRecord, JobState, parse_log_line
 from mlxhost.wire.errors import AdmissionRefused
+from mlxhost.wire.sse import END_DONE, HEARTBEAT_S, event_frame
 
 __all__ = ["TailSlots", "job_event_stream", "tail", "tail_batches"]
 
 POLL_INTERVAL = 0.2  # seconds between looks at a running job's log
-HEARTBEAT = 10.0  # seconds of quiet before an SSE comment
-RETRY_MS = 1500
 READ_CHUNK = 256 * 1024  # bytes of log read and parsed per worker-thread call
 MAX_LINE = 1 << 20  # bytes: a longer line is skipped (numbered, not sent), never held whole
 READERS = anyio.CapacityLimiter(2)  # worker threads all tails share: each holds the GIL as it parses
@@ -212,16 +211,14 @@ def _read_chunk(path: Path, offset: int) -> bytes:
 
 
 def _frames(batch: list[Event]) -> bytes:
-    return b"".join(f"id: {n}\ndata: {json.dumps(event.to_json())}\n\n".encode() for n, event in batch)
+    return b"".join(event_frame(json.dumps(event.to_json()), n) for n, event in batch)
 
 
-class _TailResponse(WatchedStream):
+class _TailResponse(EventStream):
     """Gives its tail slot back however the response ends, even before its body starts."""
 
-    def __init__(self, content: AsyncIterator[bytes], idle_timeout: float, give_back: Callable[[], None]) -> None:
-        super().__init__(
-            content, idle_timeout, media_type="text/event-stream", headers={"cache-control": "no-cache"}
-        )
+    def __init__(self, frames: Frames, idle_timeout: float, give_back: Callable[[], None]) -> None:
+        super().__init__(frames, idle_timeout)
         self._give_back = give_back
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -237,21 +234,20 @@ def job_event_stream(
     after: int,
     idle_timeout: float,
     give_back: Callable[[], None] = lambda: None,
-) -> WatchedStream:
+) -> EventStream:
     """The SSE response; `give_back` is called once it has ended (its tail slot)."""
 
-    async def frames() -> AsyncIterator[bytes]:
-        yield f"retry: {RETRY_MS}\n\n".encode()
-        batches = tail_batches(log, record, after=after, quiet=HEARTBEAT)
+    async def frames() -> Frames:
+        batches = tail_batches(log, record, after=after, quiet=HEARTBEAT_S)
         try:
             async for batch in batches:
                 if batch is None:
-                    yield b": heartbeat\n\n"
+                    yield None  # quiet: a heartbeat
                     continue
                 # A chunk's frames are encoded off the loop too, and sent as one write.
                 yield await anyio.to_thread.run_sync(_frames, batch, limiter=READERS)
         finally:
             await batches.aclose()
-        yield b"event: end\ndata: {}\n\n"
+        yield End(END_DONE)
 
     return _TailResponse(frames(), idle_timeout, give_back)

@@ -9,12 +9,10 @@ from typing import Any, ClassVar
 from mlxhost.wire.admin.record import JSON, Record, field_names
 from mlxhost.wire.admin.state import ExitRecord, Outcome, RankRecord
 from mlxhost.wire.launch import MemoryReading
+from mlxhost.wire.sse import END_HOST_STOPPING, END_LAGGED  # why a stream ended: here too, for the console
 
 __all__ = ["AdminEvent", "AdmissionRejected", "END_HOST_STOPPING", "END_LAGGED", "EVENT_TYPES", "ExecutionChanged", "HostStarted", "HostStopping", "JobFinished", "JobProgressed", "JobQueued", "JobStarted", "ModelEvicted", "SessionClosed", "SessionOpened", "SessionProgressed", "StreamLagged", "StreamReset", "UnknownEvent", "WorkerExhausted", "WorkerExited", "WorkerMemory", "WorkerReady", "WorkerRestarting", "WorkerSpawned", "parse_event"]
 
-# Why the host ended an event stream on purpose: the reason in its last frame, `event: end`.
-END_HOST_STOPPING = "host_stopping"
-END_LAGGED = "lagged"
 
 
 @dataclass(frozen=True, kw_only=True)
