@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -25,6 +25,7 @@ import httpx
 from bench.figures import median, number, progress, ratio, verdict
 from bench.health import worker_client
 from bench.hosts import ADMIN_HEADERS
+from bench.results.measurements import CancelSettings, CancelSummary, Spread
 from bench.streams import CHAT_PATH, chat_body, has_content, sse_chunks
 from mlxhost.wire.headers import SESSION_HEADER
 
@@ -47,7 +48,7 @@ class CancelRun:
     lag_steps: int | None  # the engine's last_cancel_lag_steps: cancel reaching it to removal
     steps_after_close: int | None  # engine steps from just before the close to that reading
     generated_tokens: int  # by the engine for this request, to the removal
-    outcome: dict[str, Any] | None  # the parent's record of the session
+    outcome: dict[str, Any] | None  # the parent's record of the session, as the host wrote it
 
 
 def cancel_max_tokens(size: str) -> int:
@@ -145,63 +146,58 @@ def describe_cancel(run: CancelRun) -> str:
     )
 
 
-def cancel_summary(runs: list[CancelRun], ms_per_step: float, max_tokens: int) -> dict[str, Any]:
+def cancel_summary(runs: list[CancelRun], ms_per_step: float, max_tokens: int) -> CancelSummary:
     cancel_ms = [r.cancel_ms for r in runs]
     lags = [r.lag_steps for r in runs if r.lag_steps is not None]
     after = [r.steps_after_close for r in runs if r.steps_after_close is not None]
     p50 = median(cancel_ms)
-    return {
-        "cancel_ms": {"p50": p50, "max": max(cancel_ms, default=float("nan"))},
-        "cancel_steps": {"p50": median(lags), "max": max(lags, default=None)},
-        "steps_after_close": {"p50": median(after), "max": max(after, default=None)},
-        # The isolated server's single-stream decode: one decode step per token.
-        "ms_per_step_c1": ms_per_step,
-        "cancel_ms_p50_in_steps": ratio(p50, ms_per_step),
-        "cancel_ms_max_in_steps": ratio(max(cancel_ms, default=float("nan")), ms_per_step),
-        "meets_target": bool(runs)
-        and len(lags) == len(runs)
-        and max(lags) <= CANCEL_STEPS_TARGET,
-        "outcomes": [r.outcome for r in runs],
-        "settings": {
-            "max_tokens": max_tokens,
-            "closed_after_frames": CANCEL_AFTER_FRAMES,
-            "poll_ms": CANCEL_POLL_S * 1e3,
-        },
-        "runs": [asdict(r) for r in runs],
-    }
+    return CancelSummary(
+        cancel_ms=Spread(p50, max(cancel_ms, default=float("nan"))),
+        cancel_steps=Spread(median(lags), max(lags, default=None)),
+        steps_after_close=Spread(median(after), max(after, default=None)),
+        ms_per_step_c1=ms_per_step,
+        cancel_ms_p50_in_steps=ratio(p50, ms_per_step),
+        cancel_ms_max_in_steps=ratio(max(cancel_ms, default=float("nan")), ms_per_step),
+        meets_target=bool(runs) and len(lags) == len(runs) and max(lags) <= CANCEL_STEPS_TARGET,
+        outcomes=[r.outcome for r in runs],
+        settings=CancelSettings(
+            max_tokens=max_tokens, closed_after_frames=CANCEL_AFTER_FRAMES, poll_ms=CANCEL_POLL_S * 1e3
+        ),
+        runs=runs,
+    )
 
 
-def print_cancel(cancel: dict[str, Any]) -> None:
-    settings = cancel["settings"]
+def print_cancel(cancel: CancelSummary) -> None:
+    settings = cancel.settings
     print()
     print(
-        f"cancellation (isolated: a greedy stream of max_tokens {settings['max_tokens']} closed "
-        f"after {settings['closed_after_frames']} content frames; {len(cancel['runs'])} run(s), "
+        f"cancellation (isolated: a greedy stream of max_tokens {settings.max_tokens} closed "
+        f"after {settings.closed_after_frames} content frames; {len(cancel.runs)} run(s), "
         "medians and max):"
     )
-    ms, steps, after = cancel["cancel_ms"], cancel["cancel_steps"], cancel["steps_after_close"]
-    per_step = cancel["ms_per_step_c1"]
+    ms, steps, after = cancel.cancel_ms, cancel.cancel_steps, cancel.steps_after_close
+    per_step = cancel.ms_per_step_c1
     print(
-        f"  cancel_ms p50 {number(ms['p50'])} ms, max {number(ms['max'])} ms: from the close to "
+        f"  cancel_ms p50 {number(ms.p50)} ms, max {number(ms.max)} ms: from the close to "
         f"the worker's /health showing the cancel and no active sequence (polled every "
-        f"{settings['poll_ms']:g} ms: an upper bound)"
+        f"{settings.poll_ms:g} ms: an upper bound)"
     )
     print(
         f"  per decode step at c1 {number(per_step, 2)} ms (the isolated single-stream decode): "
-        f"cancel_ms p50 = {number(cancel['cancel_ms_p50_in_steps'])} steps, max = "
-        f"{number(cancel['cancel_ms_max_in_steps'])} steps; engine steps from just before the "
-        f"close to then: p50 {number(after['p50'], 0)}, max {after['max']}"
+        f"cancel_ms p50 = {number(cancel.cancel_ms_p50_in_steps)} steps, max = "
+        f"{number(cancel.cancel_ms_max_in_steps)} steps; engine steps from just before the "
+        f"close to then: p50 {number(after.p50, 0)}, max {after.max}"
     )
     print(
         f"  cancel_steps (engine: the cancel reaching it to the sequence leaving the batch) p50 "
-        f"{number(steps['p50'], 0)}, max {steps['max']}: target <= {CANCEL_STEPS_TARGET} step: "
-        f"{verdict(cancel['meets_target'])}"
+        f"{number(steps.p50, 0)}, max {steps.max}: target <= {CANCEL_STEPS_TARGET} step: "
+        f"{verdict(cancel.meets_target)}"
     )
     outcomes = collections.Counter(
         f"{o.get('kind')} ({o.get('reason') or o.get('code') or o.get('finish_reason')})"
         if o
         else "? (not found)"
-        for o in cancel["outcomes"]
+        for o in cancel.outcomes
     )
     listed = ", ".join(f"{k} x{v}" for k, v in outcomes.items())
     print(f"  the parent's session outcomes: {listed}")

@@ -7,9 +7,9 @@ by matplotlib (Agg). Without matplotlib the chart is skipped, with a hint: pip i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from bench.figures import progress, ratio
+from bench.results.serving import Info, PathSummary
 from bench.settings import LABELS, PATHS
 from bench.targets import ISOLATED_VS_MLX_LM_SERVER_MIN, ISOLATED_VS_RAW_MIN
 
@@ -22,7 +22,7 @@ STYLES = {  # color, marker, line
 
 
 def write_chart(
-    path: Path, summaries: dict[str, dict[str, Any]], concurrency: list[int], title: str
+    path: Path, summaries: dict[str, PathSummary], concurrency: list[int], title: str
 ) -> Path | None:
     """Total tok/s against concurrency for every path, and the isolated server's ratios; a PNG.
     None, with a hint, when matplotlib is missing."""
@@ -39,7 +39,8 @@ def write_chart(
         return None
 
     def total(path_name: str, level: int) -> float:
-        return summaries[path_name].get(f"c{level}", {}).get("total_tok_s", float("nan"))
+        figures = summaries[path_name].get(f"c{level}")
+        return float("nan") if figures is None else figures.total_tok_s
 
     figure, (top, bottom) = plt.subplots(
         2, 1, figsize=(9, 7.5), dpi=110, sharex=True, gridspec_kw={"height_ratios": [3, 1.4]}
@@ -83,12 +84,12 @@ def write_chart(
     return path
 
 
-def chart_title(info: dict[str, Any], max_tokens: int, repeats: int) -> str:
-    model, machine, versions = info["model"], info["machine"], info["versions"]
+def chart_title(info: Info, max_tokens: int, repeats: int) -> str:
+    model, machine, versions = info.model, info.machine, info.versions
     return (
-        f"{Path(model['path']).name} ({model['parameters']:,} parameters), "
+        f"{Path(model.path).name} ({model.parameters:,} parameters), "
         f"max_tokens {max_tokens}, greedy, medians of {repeats}\n"
-        f"{machine['cpu_count']} CPUs (load average at start "
-        f"{(machine['load_average_at_start'] or ['?'])[0]}), mlx "
-        f"{versions['mlx']}, mlx-lm {versions['mlx_lm']}"
+        f"{machine.cpu_count} CPUs (load average at start "
+        f"{(machine.load_average_at_start or ['?'])[0]}), mlx "
+        f"{versions.mlx}, mlx-lm {versions.mlx_lm}"
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -41,6 +41,16 @@ from bench.health import isolated_worker
 from bench.plan import Plan
 from bench.processes import CPUClock, cores_used, describe_cores
 from bench.raw import RawMLX
+from bench.results.measurements import (
+    CompilerTimes,
+    CompileTimes,
+    ConstrainedSettings,
+    ConstrainedSummary,
+    CoresFreeMixed,
+    FreeMixed,
+    StreamKinds,
+    ToolSetting,
+)
 from bench.runs import BatchRun, describe_batch
 from bench.settings import alternating
 from bench.streams import CHAT_PATH, HTTPBench, chat_body
@@ -124,6 +134,10 @@ class MixedRun:
     batch: BatchRun
     constrained: list[bool]  # per stream of `batch`: whether it carried the schema
     cpu_s: dict[str, float]  # CPU seconds over the run: parent, worker
+
+    @property
+    def total_tok_s(self) -> float:
+        return self.batch.total_tok_s
 
 
 @dataclass(frozen=True)
@@ -246,7 +260,7 @@ def _span(values: list[int]) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def constrained_summary(result: Constrained, max_tokens: int) -> dict[str, Any]:
+def constrained_summary(result: Constrained, max_tokens: int) -> ConstrainedSummary:
     free = [r.batch.total_tok_s for r in result.runs if not r.mixed]
     mixed = [r.batch.total_tok_s for r in result.runs if r.mixed]
     mixed_vs_free = ratio(median(mixed), median(free))
@@ -268,6 +282,7 @@ def constrained_summary(result: Constrained, max_tokens: int) -> dict[str, Any]:
         "mixed_free": streams(True, False),
         "mixed_constrained": streams(True, True),
     }
+
     def cpu_ms_per_token(mixed: bool) -> float:
         """The worker's CPU per token generated, median over that kind of run."""
         runs = [r for r in result.runs if r.mixed == mixed]
@@ -276,94 +291,93 @@ def constrained_summary(result: Constrained, max_tokens: int) -> dict[str, Any]:
     def cores(mixed: bool) -> dict[str, float]:
         return cores_used([(r.cpu_s, r.batch.wall_s) for r in result.runs if r.mixed == mixed])
 
-    cpu_per_token = {"free": cpu_ms_per_token(False), "mixed": cpu_ms_per_token(True)}
+    cpu_per_token = FreeMixed(free=cpu_ms_per_token(False), mixed=cpu_ms_per_token(True))
     names = ("setup", "cold", "other", "hit", "tool")
     compiles = result.compiles
     compile_ms = {name: median([r.wall_ms[name] for r in compiles]) for name in names}
-    compile_ms["tokenizer"] = median([r.wall_ms["cold"] - r.wall_ms["tool"] for r in compiles])
-    return {
-        "error": result.error,
-        "total_tok_s": {"free": median(free), "mixed": median(mixed)},
-        "mixed_vs_free": mixed_vs_free,
-        "mixed_vs_free_by_round": [ratio(m, f) for f, m in pairs],
-        "meets_target": at_least(mixed_vs_free, CONSTRAINED_VS_FREE_MIN),
-        "tokens_per_stream": {k: _span([t for t, _ in v]) for k, v in kinds_of_stream.items()},
-        "ttft_ms_p50": {k: median([ms for _, ms in v]) for k, v in kinds_of_stream.items()},
-        "worker_cpu_ms_per_token": cpu_per_token,
-        # Above 1: the mixed runs cost the worker more CPU per token (not a target).
-        "worker_cpu_mixed_vs_free": ratio(cpu_per_token["mixed"], cpu_per_token["free"]),
-        "cpu_cores": {"free": cores(False), "mixed": cores(True)},
-        "compile_ms": compile_ms,
-        "compiler_ms": {
-            name: median([r.compiler_ms[name] for r in compiles]) for name in names if name != "setup"
-        },
-        "compile_error": result.compile_error,
-        "settings": {
-            "streams": CONSTRAINED_STREAMS,
-            "constrained_streams": sum(kinds(True)),
-            "max_tokens": max_tokens,
-            "response_format": ENDLESS_FORMAT["response_format"],
-            "rounds": len(pairs),
-            "settle_s": CONSTRAINED_SETTLE_S,
-            "compile_rounds": len(compiles),
-            "vocab_size": result.vocab_size,
-            "tool": {"name": WEATHER_TOOL.name, "parameters": WEATHER_TOOL.parameters},
-            "other_schema": REPORT_SPEC.schema,
-        },
-        "runs": [{**asdict(r), "total_tok_s": r.batch.total_tok_s} for r in result.runs],
-        "compile_runs": [asdict(r) for r in compiles],
-    }
+    tokenizer_ms = median([r.wall_ms["cold"] - r.wall_ms["tool"] for r in compiles])
+    return ConstrainedSummary(
+        error=result.error,
+        total_tok_s=FreeMixed(free=median(free), mixed=median(mixed)),
+        mixed_vs_free=mixed_vs_free,
+        mixed_vs_free_by_round=[ratio(m, f) for f, m in pairs],
+        meets_target=at_least(mixed_vs_free, CONSTRAINED_VS_FREE_MIN),
+        tokens_per_stream=StreamKinds(**{k: _span([t for t, _ in v]) for k, v in kinds_of_stream.items()}),
+        ttft_ms_p50=StreamKinds(**{k: median([ms for _, ms in v]) for k, v in kinds_of_stream.items()}),
+        worker_cpu_ms_per_token=cpu_per_token,
+        worker_cpu_mixed_vs_free=ratio(cpu_per_token.mixed, cpu_per_token.free),
+        cpu_cores=CoresFreeMixed(free=cores(False), mixed=cores(True)),
+        compile_ms=CompileTimes(**compile_ms, tokenizer=tokenizer_ms),
+        compiler_ms=CompilerTimes(
+            **{name: median([r.compiler_ms[name] for r in compiles]) for name in names if name != "setup"}
+        ),
+        compile_error=result.compile_error,
+        settings=ConstrainedSettings(
+            streams=CONSTRAINED_STREAMS,
+            constrained_streams=sum(kinds(True)),
+            max_tokens=max_tokens,
+            response_format=ENDLESS_FORMAT["response_format"],
+            rounds=len(pairs),
+            settle_s=CONSTRAINED_SETTLE_S,
+            compile_rounds=len(compiles),
+            vocab_size=result.vocab_size,
+            tool=ToolSetting(name=WEATHER_TOOL.name, parameters=WEATHER_TOOL.parameters),
+            other_schema=REPORT_SPEC.schema,
+        ),
+        runs=result.runs,
+        compile_runs=compiles,
+    )
 
 
-def print_constrained(summary: dict[str, Any]) -> None:
-    settings = summary["settings"]
-    schema = json.dumps(settings["response_format"]["json_schema"]["schema"])
+def print_constrained(summary: ConstrainedSummary) -> None:
+    settings = summary.settings
+    schema = json.dumps(settings.response_format["json_schema"]["schema"])
     print()
     print(
-        f"constrained decoding (isolated: {settings['streams']} greedy streams of max_tokens "
-        f"{settings['max_tokens']} at once, {settings['rounds']} round(s) of a free and a mixed "
-        f"run, alternating, medians; in the mixed runs {settings['constrained_streams']} of them "
+        f"constrained decoding (isolated: {settings.streams} greedy streams of max_tokens "
+        f"{settings.max_tokens} at once, {settings.rounds} round(s) of a free and a mixed "
+        f"run, alternating, medians; in the mixed runs {settings.constrained_streams} of them "
         f"carry response_format json_schema {schema}, which never lets its string close):"
     )
-    if summary["error"]:
-        print(f"  not measured: {summary['error']}")
-    tok_s = summary["total_tok_s"]
-    by_round = ", ".join(f"{r:.3f}" for r in summary["mixed_vs_free_by_round"])
+    if summary.error:
+        print(f"  not measured: {summary.error}")
+    tok_s = summary.total_tok_s
+    by_round = ", ".join(f"{r:.3f}" for r in summary.mixed_vs_free_by_round)
     print(
-        f"  total tok/s: free {number(tok_s['free'])}, mixed {number(tok_s['mixed'])}: mixed_vs_free "
-        f"{number(summary['mixed_vs_free'], 3)} (by round {by_round or '?'}): target >= "
-        f"{CONSTRAINED_VS_FREE_MIN:g}: {verdict(summary['meets_target'])}"
+        f"  total tok/s: free {number(tok_s.free)}, mixed {number(tok_s.mixed)}: mixed_vs_free "
+        f"{number(summary.mixed_vs_free, 3)} (by round {by_round or '?'}): target >= "
+        f"{CONSTRAINED_VS_FREE_MIN:g}: {verdict(summary.meets_target)}"
     )
-    tokens, ttft = summary["tokens_per_stream"], summary["ttft_ms_p50"]
+    tokens, ttft = summary.tokens_per_stream, summary.ttft_ms_p50
     print(
-        f"  tokens per stream: free runs {tokens['free']}; mixed runs, constrained "
-        f"{tokens['mixed_constrained']}, free {tokens['mixed_free']}. TTFT p50: free runs "
-        f"{number(ttft['free'])} ms; mixed runs, constrained {number(ttft['mixed_constrained'])} ms, "
-        f"free {number(ttft['mixed_free'])} ms"
+        f"  tokens per stream: free runs {tokens.free}; mixed runs, constrained "
+        f"{tokens.mixed_constrained}, free {tokens.mixed_free}. TTFT p50: free runs "
+        f"{number(ttft.free)} ms; mixed runs, constrained {number(ttft.mixed_constrained)} ms, "
+        f"free {number(ttft.mixed_free)} ms"
     )
-    cpu, cores = summary["worker_cpu_ms_per_token"], summary["cpu_cores"]
+    cpu, cores = summary.worker_cpu_ms_per_token, summary.cpu_cores
     print(
-        f"  the worker's CPU per token: free {number(cpu['free'], 3)} ms, mixed "
-        f"{number(cpu['mixed'], 3)} ms: mixed / free {number(summary['worker_cpu_mixed_vs_free'], 3)}"
+        f"  the worker's CPU per token: free {number(cpu.free, 3)} ms, mixed "
+        f"{number(cpu.mixed, 3)} ms: mixed / free {number(summary.worker_cpu_mixed_vs_free, 3)}"
         f" (not a target; steadier than tok/s on a busy machine). CPU cores used (of "
-        f"{os.cpu_count()}): free {describe_cores(cores['free'])}; mixed {describe_cores(cores['mixed'])}"
+        f"{os.cpu_count()}): free {describe_cores(cores.free)}; mixed {describe_cores(cores.mixed)}"
     )
-    ms, inside = summary["compile_ms"], summary["compiler_ms"]
+    ms, inside = summary.compile_ms, summary.compiler_ms
     print(
         f"  grammar compile (in this process: mlxhost.worker.grammar on the model's tokenizer, "
-        f"vocab {settings['vocab_size']:,}; {settings['compile_rounds']} round(s), medians; ms "
+        f"vocab {settings.vocab_size:,}; {settings.compile_rounds} round(s), medians; ms "
         "around the await, the compiler's own in parentheses):"
     )
-    if summary["compile_error"]:
-        print(f"    not measured: {summary['compile_error']}")
+    if summary.compile_error:
+        print(f"    not measured: {summary.compile_error}")
     print(
-        f"    get_weather tool schema (tool_calls): {number(ms['tool'], 2)} ms "
-        f"({number(inside['tool'], 2)}) with llguidance's tokenizer built; cold "
-        f"{number(ms['cold'], 2)} ms ({number(inside['cold'], 2)}), of which building that tokenizer "
-        f"~{number(ms['tokenizer'], 2)} ms (cold - built); cache hit {number(ms['hit'], 2)} ms"
+        f"    get_weather tool schema (tool_calls): {number(ms.tool, 2)} ms "
+        f"({number(inside.tool, 2)}) with llguidance's tokenizer built; cold "
+        f"{number(ms.cold, 2)} ms ({number(inside.cold, 2)}), of which building that tokenizer "
+        f"~{number(ms.tokenizer, 2)} ms (cold - built); cache hit {number(ms.hit, 2)} ms"
     )
     print(
         f"    another schema (a weather report, json_schema), tokenizer built: "
-        f"{number(ms['other'], 2)} ms ({number(inside['other'], 2)}); Grammars(tokenizer, vocab), "
-        f"which serializes the tokenizer (the worker does it at load): {number(ms['setup'], 2)} ms"
+        f"{number(ms.other, 2)} ms ({number(inside.other, 2)}); Grammars(tokenizer, vocab), "
+        f"which serializes the tokenizer (the worker does it at load): {number(ms.setup, 2)} ms"
     )

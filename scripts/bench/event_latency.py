@@ -16,12 +16,12 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 import httpx
 
 from bench.figures import percentile, progress, verdict
+from bench.results.measurements import EventLatency, EventSettings, LatencyStats, WorkerExited
 from bench.streams import CHAT_PATH, chat_body
 from bench.watcher import EVENT_WAIT_S, EventSample, EventWatcher, event_sample, watching
 from mlxhost.wire.headers import SESSION_HEADER
@@ -93,13 +93,13 @@ async def worker_exits(
     return samples, missing
 
 
-def latency_stats(values: list[float]) -> dict[str, Any]:
-    return {
-        "p50": percentile(values, 50),
-        "p95": percentile(values, 95),
-        "max": max(values, default=float("nan")),
-        "count": len(values),
-    }
+def latency_stats(values: list[float]) -> LatencyStats:
+    return LatencyStats(
+        p50=percentile(values, 50),
+        p95=percentile(values, 95),
+        max=max(values, default=float("nan")),
+        count=len(values),
+    )
 
 
 def event_latency_summary(
@@ -108,67 +108,66 @@ def event_latency_summary(
     types: dict[str, int],
     error: str | None,
     exits_missing: int,
-) -> dict[str, Any]:
+) -> EventLatency:
     latency = [s.latency_ms for s in samples]
     p95 = percentile(latency, 95)
     exit_ms = [s.latency_ms for s in exits]
-    return {
-        **latency_stats(latency),
-        "by_type": {
-            kind: latency_stats([s.latency_ms for s in samples if s.type == kind])
-            for kind in SESSION_EVENTS
+    return EventLatency(
+        **vars(latency_stats(latency)),
+        by_type={
+            kind: latency_stats([s.latency_ms for s in samples if s.type == kind]) for kind in SESSION_EVENTS
         },
-        "publish_to_arrival_ms": latency_stats([s.publish_to_arrival_ms for s in samples]),
-        "worker_exited": {
-            **latency_stats(exit_ms),
-            "missing": exits_missing,
-            "publish_to_arrival_ms": latency_stats([s.publish_to_arrival_ms for s in exits]),
-            "ok": None if not exit_ms else max(exit_ms) <= EVENT_LATENCY_P95_TARGET_MS,
-        },
-        "meets_target": bool(latency) and p95 <= EVENT_LATENCY_P95_TARGET_MS,
-        "types_seen": types,
-        "subscriber_error": error,
-        "settings": {"requests": EVENT_REQUESTS, "max_tokens": EVENT_MAX_TOKENS},
-        "samples": [asdict(s) for s in samples],
-        "worker_exited_samples": [asdict(s) for s in exits],
-    }
+        publish_to_arrival_ms=latency_stats([s.publish_to_arrival_ms for s in samples]),
+        worker_exited=WorkerExited(
+            **vars(latency_stats(exit_ms)),
+            missing=exits_missing,
+            publish_to_arrival_ms=latency_stats([s.publish_to_arrival_ms for s in exits]),
+            ok=None if not exit_ms else max(exit_ms) <= EVENT_LATENCY_P95_TARGET_MS,
+        ),
+        meets_target=bool(latency) and p95 <= EVENT_LATENCY_P95_TARGET_MS,
+        types_seen=types,
+        subscriber_error=error,
+        settings=EventSettings(requests=EVENT_REQUESTS, max_tokens=EVENT_MAX_TOKENS),
+        samples=samples,
+        worker_exited_samples=exits,
+    )
 
 
-def print_event_latency(latency: dict[str, Any]) -> None:
-    def ms(stats: dict[str, Any]) -> str:
-        if not stats["count"]:
+def print_event_latency(latency: EventLatency) -> None:
+    def ms(stats: LatencyStats) -> str:
+        if not stats.count:
             return "none"
         return (
-            f"p50 {stats['p50']:.1f} ms, p95 {stats['p95']:.1f} ms, max {stats['max']:.1f} ms "
-            f"over {stats['count']}"
+            f"p50 {stats.p50:.1f} ms, p95 {stats.p95:.1f} ms, max {stats.max:.1f} ms "
+            f"over {stats.count}"
         )
 
-    settings = latency["settings"]
+    settings = latency.settings
     print()
     print(
         f"admin event stream (isolated: GET /admin/events through AdminClient, what mlxhost tui "
-        f"reads; {settings['requests']} sequential non-streaming requests of max_tokens "
-        f"{settings['max_tokens']}):"
+        f"reads; {settings.requests} sequential non-streaming requests of max_tokens "
+        f"{settings.max_tokens}):"
     )
     print(
         f"  event latency {ms(latency)}: target p95 <= {EVENT_LATENCY_P95_TARGET_MS:g} ms: "
-        f"{verdict(latency['meets_target'])}"
+        f"{verdict(latency.meets_target)}"
     )
-    by_type = latency["by_type"]
+    by_type = latency.by_type
     print(f"    session.opened (from the request's start): {ms(by_type['session.opened'])}")
     print(f"    session.closed (from the response read):   {ms(by_type['session.closed'])}")
     print(
         f"    the parent's publish ('at', ms wall clock) to the arrival: "
-        f"{ms(latency['publish_to_arrival_ms'])}"
+        f"{ms(latency.publish_to_arrival_ms)}"
     )
-    exited = latency["worker_exited"]
-    missing = f", {exited['missing']} never arrived" if exited["missing"] else ""
+    exited = latency.worker_exited
+    missing = f", {exited.missing} never arrived" if exited.missing else ""
     print(
         f"  worker.exited, from the kill -9 (recovery runs): {ms(exited)}{missing}; publish to "
-        f"arrival {ms(exited['publish_to_arrival_ms'])}: max <= "
-        f"{EVENT_LATENCY_P95_TARGET_MS:g} ms: {verdict(exited['ok'])}"
+        f"arrival {ms(exited.publish_to_arrival_ms)}: max <= "
+        f"{EVENT_LATENCY_P95_TARGET_MS:g} ms: {verdict(exited.ok)}"
     )
-    types = ", ".join(f"{k} {v}" for k, v in sorted(latency["types_seen"].items()))
+    types = ", ".join(f"{k} {v}" for k, v in sorted(latency.types_seen.items()))
     print(f"  events seen meanwhile: {types}")
-    if latency["subscriber_error"]:
-        print(f"  problem: the subscriber failed: {latency['subscriber_error']}")
+    if latency.subscriber_error:
+        print(f"  problem: the subscriber failed: {latency.subscriber_error}")

@@ -17,13 +17,13 @@ from __future__ import annotations
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from bench.figures import progress
 from bench.hosts import Host, admin_token_option, running
 from bench.plan import Plan
+from bench.results.measurements import GroupFigures
 from bench.settings import REPO_ROOT, SERVER_START_TIMEOUT_S
 from bench.streams import HTTPBench
 from mlxhost.testing import start_host
@@ -54,7 +54,7 @@ def _start(name: str, plan: Plan, folder: Path) -> Host:
     )  # fmt: skip
 
 
-async def measure_group(plan: Plan, prompt: str) -> dict[str, Any]:
+async def measure_group(plan: Plan, prompt: str) -> GroupFigures:
     """Each path's tok/s and TTFT at each concurrency (medians of --repeats), and the comparison."""
     paths: dict[str, dict[int, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="mlxhost-bench-group-") as folder:
@@ -75,38 +75,36 @@ async def measure_group(plan: Plan, prompt: str) -> dict[str, Any]:
                 paths[name][0] = {"ready_s": ready_s}
     single, group = paths["single"], paths["group"]
     ms_per_token = {name: 1e3 / paths[name][1]["tok_s"] for name in paths}
-    return {
-        "ranks": GROUP_RANKS,
-        "backend": "ring",
-        "sharding": "tensor",
-        "max_tokens": plan.max_tokens,
-        "paths": {name: {f"c{c}": v for c, v in figures.items() if c} for name, figures in paths.items()},
-        "ready_s": {name: figures[0]["ready_s"] for name, figures in paths.items()},
-        "group_vs_single": {f"c{c}": group[c]["tok_s"] / single[c]["tok_s"] for c in GROUP_CONCURRENCY},
-        "ttft_group_vs_single": {
-            f"c{c}": group[c]["ttft_s"] / single[c]["ttft_s"] for c in GROUP_CONCURRENCY
-        },
-        "collective_ms_per_step": ms_per_token["group"] - ms_per_token["single"],
-    }
+    return GroupFigures(
+        ranks=GROUP_RANKS,
+        backend="ring",
+        sharding="tensor",
+        max_tokens=plan.max_tokens,
+        paths={name: {f"c{c}": v for c, v in figures.items() if c} for name, figures in paths.items()},
+        ready_s={name: figures[0]["ready_s"] for name, figures in paths.items()},
+        group_vs_single={f"c{c}": group[c]["tok_s"] / single[c]["tok_s"] for c in GROUP_CONCURRENCY},
+        ttft_group_vs_single={f"c{c}": group[c]["ttft_s"] / single[c]["ttft_s"] for c in GROUP_CONCURRENCY},
+        collective_ms_per_step=ms_per_token["group"] - ms_per_token["single"],
+    )
 
 
-def print_group(figures: dict[str, Any]) -> None:
+def print_group(figures: GroupFigures) -> None:
     print(
-        f"\nworker group ({figures['ranks']} ranks, {figures['backend']}, {figures['sharding']} parallel, "
-        f"loopback) against one worker, max_tokens {figures['max_tokens']}, medians:"
+        f"\nworker group ({figures.ranks} ranks, {figures.backend}, {figures.sharding} parallel, "
+        f"loopback) against one worker, max_tokens {figures.max_tokens}, medians:"
     )
     print("  path    " + "".join(f"  c{c} tok/s  c{c} TTFT ms" for c in GROUP_CONCURRENCY) + "  ready s")
-    for name, figures_of in figures["paths"].items():
+    for name, figures_of in figures.paths.items():
         cells = "".join(
             f"  {figures_of[f'c{c}']['tok_s']:9.1f}  {figures_of[f'c{c}']['ttft_s'] * 1e3:10.1f}"
             for c in GROUP_CONCURRENCY
         )
-        print(f"  {name:<6}{cells}  {figures['ready_s'][name]:7.2f}")
-    ratios = ", ".join(f"{c} {v:.2f}" for c, v in figures["group_vs_single"].items())
+        print(f"  {name:<6}{cells}  {figures.ready_s[name]:7.2f}")
+    ratios = ", ".join(f"{c} {v:.2f}" for c, v in figures.group_vs_single.items())
     print(f"  group / single tok/s: {ratios}")
-    ttft = ", ".join(f"{c} {v:.2f}" for c, v in figures["ttft_group_vs_single"].items())
+    ttft = ", ".join(f"{c} {v:.2f}" for c, v in figures.ttft_group_vs_single.items())
     print(f"  group / single TTFT: {ttft}")
     print(
         f"  the group's cost per decode step (c1 time per token, group minus single): "
-        f"{figures['collective_ms_per_step']:.2f} ms"
+        f"{figures.collective_ms_per_step:.2f} ms"
     )

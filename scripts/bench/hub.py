@@ -8,12 +8,12 @@ reader gets every event and the other is dropped with stream.lagged.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from bench.figures import verdict
+from bench.results.measurements import HubFigures
 from mlxhost.host.events import EventHub
 from mlxhost.wire.admin import SessionProgressed
 
@@ -23,7 +23,7 @@ DRAIN_WAIT_S = 10.0  # for the reader to get the last event
 LAGGING_READ_WAIT_S = 1.0  # its sender is closed once it was dropped
 
 
-async def hub_throughput(events: int = HUB_EVENTS) -> dict[str, Any]:
+async def hub_throughput(events: int = HUB_EVENTS) -> HubFigures:
     """The EventHub alone, in this process: publish `events` events, yielding to the scheduler
     after each (as the host's publishers, each in its own task step, do), with one subscriber
     that never reads and one that reads everything in a task."""
@@ -61,33 +61,33 @@ async def hub_throughput(events: int = HUB_EVENTS) -> dict[str, Any]:
     await lagging.aclose()  # type: ignore[attr-defined]  # a _Subscription
     await draining.aclose()  # type: ignore[attr-defined]
     wall = drained - began
-    return {
-        "events": events,
-        "events_per_s": events / wall,
-        "wall_s": wall,
-        "publish_s": published - began,
-        "received_by_reader": received,
-        "reader_kept": received == events,
-        "dropped_subscribers": hub.dropped_subscribers,
-        "lagging_got": len(queued),
-        "lagging_last_type": queued[-1]["type"] if queued else None,
-        "lagging_dropped": bool(queued) and queued[-1]["type"] == "stream.lagged",
-    }
-
-
-def hub_ok(hub: dict[str, Any]) -> bool:
-    return bool(
-        hub["events_per_s"] >= HUB_EVENTS_PER_S_TARGET and hub["reader_kept"] and hub["lagging_dropped"]
+    return HubFigures(
+        events=events,
+        events_per_s=events / wall,
+        wall_s=wall,
+        publish_s=published - began,
+        received_by_reader=received,
+        reader_kept=received == events,
+        dropped_subscribers=hub.dropped_subscribers,
+        lagging_got=len(queued),
+        lagging_last_type=queued[-1]["type"] if queued else None,
+        lagging_dropped=bool(queued) and queued[-1]["type"] == "stream.lagged",
     )
 
 
-def print_hub(hub: dict[str, Any], subscriber_buffer: int) -> None:
+def hub_ok(hub: HubFigures) -> bool:
+    return bool(
+        hub.events_per_s >= HUB_EVENTS_PER_S_TARGET and hub.reader_kept and hub.lagging_dropped
+    )
+
+
+def print_hub(hub: HubFigures, subscriber_buffer: int) -> None:
     print(
-        f"  the hub alone (EventHub in this process, anyio): {hub['events']:,} events published, "
-        f"one subscriber never reading, one reading in a task: {hub['events_per_s']:,.0f} "
-        f"events/s (publishing {hub['publish_s']:.2f} s, all read {hub['wall_s']:.2f} s); the "
-        f"reader got {hub['received_by_reader']:,}; the lagging one was "
-        f"{'dropped' if hub['lagging_dropped'] else 'NOT dropped'} after {hub['lagging_got']} "
+        f"  the hub alone (EventHub in this process, anyio): {hub.events:,} events published, "
+        f"one subscriber never reading, one reading in a task: {hub.events_per_s:,.0f} "
+        f"events/s (publishing {hub.publish_s:.2f} s, all read {hub.wall_s:.2f} s); the "
+        f"reader got {hub.received_by_reader:,}; the lagging one was "
+        f"{'dropped' if hub.lagging_dropped else 'NOT dropped'} after {hub.lagging_got} "
         f"(buffer {subscriber_buffer}): target >= {HUB_EVENTS_PER_S_TARGET:,.0f} "
         f"events/s, the reader kept, the lagging one dropped: {verdict(hub_ok(hub))}"
     )

@@ -22,8 +22,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import anyio
 import httpx
@@ -33,6 +32,7 @@ from bench.health import isolated_worker
 from bench.hosts import ADMIN_HEADERS, ADMIN_TOKEN
 from bench.hub import hub_ok, print_hub
 from bench.processes import CPUClock, cores_used, describe_cores
+from bench.results.measurements import BySubscribers, EventsSettings, EventsSummary, HubFigures, LaggingRead
 from bench.runs import BatchRun, describe_batch
 from bench.settings import alternating
 from bench.streams import HTTPBench
@@ -80,7 +80,7 @@ class LaggingSubscriber:
         if b" 200 " not in status + b" ":
             raise RuntimeError(f"/admin/events answered {status!r}")
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> LaggingRead:
         """Read what the server had queued for it (at most LAGGING_READ_S, until a pause), close."""
         self.sock.settimeout(0.3)
         data = bytearray()
@@ -102,13 +102,13 @@ class LaggingSubscriber:
             for line in bytes(data).split(b"\n")
             if line.startswith(b"data:") and line.rstrip().endswith(b"}")
         ]
-        return {
-            "bytes": len(data),
-            "events": len(types),
-            "last_type": types[-1] if types else None,
-            "dropped": bool(types) and types[-1] == "stream.lagged",
-            "stream_ended": ended,
-        }
+        return LaggingRead(
+            bytes=len(data),
+            events=len(types),
+            last_type=types[-1] if types else None,
+            dropped=bool(types) and types[-1] == "stream.lagged",
+            stream_ended=ended,
+        )
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,11 @@ class HubRun:
     cpu_s: dict[str, float]  # parent, worker, client (this process, the reading subscriber too)
     events_published: int | None  # seq after the run minus seq before (with subscribers)
     events_seen: int | None  # by the reading subscriber, during the run
-    lagging: dict[str, Any] | None  # LaggingSubscriber.finish()
+    lagging: LaggingRead | None  # LaggingSubscriber.finish()
+
+    @property
+    def total_tok_s(self) -> float:
+        return self.batch.total_tok_s
 
 
 async def hub_once(
@@ -157,9 +161,9 @@ def describe_hub(run: HubRun) -> str:
     if run.subscribers and run.lagging is not None:
         text += (
             f"; {run.events_published} events published, {run.events_seen} seen by the reading "
-            f"subscriber; the lagging one got {run.lagging['events']} "
-            f"({run.lagging['bytes']} bytes) when read afterwards, last "
-            f"{run.lagging['last_type']}"
+            f"subscriber; the lagging one got {run.lagging.events} "
+            f"({run.lagging.bytes} bytes) when read afterwards, last "
+            f"{run.lagging.last_type}"
         )
     return text
 
@@ -182,7 +186,7 @@ async def measure_hub_ratio(
     return runs
 
 
-def events_summary(runs: list[HubRun], hub: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+def events_summary(runs: list[HubRun], hub: HubFigures, max_tokens: int) -> EventsSummary:
     plain = [r for r in runs if not r.subscribers]
     subscribed = [r for r in runs if r.subscribers]
     plain_tok_s = [r.batch.total_tok_s for r in plain]
@@ -193,69 +197,66 @@ def events_summary(runs: list[HubRun], hub: dict[str, Any], max_tokens: int) -> 
         return cores_used([(r.cpu_s, r.batch.wall_s) for r in kind])
 
     lagging = [r.lagging for r in subscribed if r.lagging is not None]
-    return {
-        "hub_events_per_s": hub["events_per_s"],
-        "lagging_subscriber_ratio": lagging_ratio,
-        "lagging_subscriber_ratio_by_round": [
+    return EventsSummary(
+        hub_events_per_s=hub.events_per_s,
+        lagging_subscriber_ratio=lagging_ratio,
+        lagging_subscriber_ratio_by_round=[
             ratio(s, p) for p, s in zip(plain_tok_s, subscribed_tok_s, strict=False)
         ],
-        "tok_s": {
-            "no_subscriber": median(plain_tok_s),
-            "with_subscribers": median(subscribed_tok_s),
-        },
-        "cpu_cores": {"no_subscriber": cores(plain), "with_subscribers": cores(subscribed)},
-        "events_published_per_run": [r.events_published for r in subscribed],
-        "events_seen_by_reader_per_run": [r.events_seen for r in subscribed],
-        "lagging_dropped": [entry["dropped"] for entry in lagging],
-        "lagging_received": lagging,
-        "hub_micro": hub,
-        "hub_ok": hub_ok(hub),
-        "lagging_ok": lagging_ratio >= LAGGING_RATIO_TARGET,
-        "settings": {
-            "streams": LAGGING_STREAMS,
-            "max_tokens": max_tokens,
-            "rounds": min(len(plain), len(subscribed)),
-            "lagging_rcvbuf": LAGGING_RCVBUF,
-            "hub_events": hub["events"],
-            "subscriber_buffer": SUBSCRIBER_BUFFER,
-        },
-        "runs": [{**asdict(r), "total_tok_s": r.batch.total_tok_s} for r in runs],
-    }
+        tok_s=BySubscribers(no_subscriber=median(plain_tok_s), with_subscribers=median(subscribed_tok_s)),
+        cpu_cores=BySubscribers(no_subscriber=cores(plain), with_subscribers=cores(subscribed)),
+        events_published_per_run=[r.events_published for r in subscribed],
+        events_seen_by_reader_per_run=[r.events_seen for r in subscribed],
+        lagging_dropped=[entry.dropped for entry in lagging],
+        lagging_received=lagging,
+        hub_micro=hub,
+        hub_ok=hub_ok(hub),
+        lagging_ok=lagging_ratio >= LAGGING_RATIO_TARGET,
+        settings=EventsSettings(
+            streams=LAGGING_STREAMS,
+            max_tokens=max_tokens,
+            rounds=min(len(plain), len(subscribed)),
+            lagging_rcvbuf=LAGGING_RCVBUF,
+            hub_events=hub.events,
+            subscriber_buffer=SUBSCRIBER_BUFFER,
+        ),
+        runs=runs,
+    )
 
 
-def print_lagging(events: dict[str, Any]) -> None:
+def print_lagging(events: EventsSummary) -> None:
     """The lagging subscriber's runs, then the hub alone."""
-    settings = events["settings"]
-    tok_s = events["tok_s"]
-    by_round = ", ".join(f"{r:.3f}" for r in events["lagging_subscriber_ratio_by_round"])
+    settings = events.settings
+    tok_s = events.tok_s
+    by_round = ", ".join(f"{r:.3f}" for r in events.lagging_subscriber_ratio_by_round)
     print(
-        f"  {settings['streams']} greedy streams of max_tokens {settings['max_tokens']}, "
-        f"{settings['rounds']} round(s), alternating: total tok/s with no admin subscriber "
-        f"{tok_s['no_subscriber']:.1f}, with a lagging one (raw socket, SO_RCVBUF "
-        f"{settings['lagging_rcvbuf']}, never reads) and a reading AdminClient "
-        f"{tok_s['with_subscribers']:.1f}"
+        f"  {settings.streams} greedy streams of max_tokens {settings.max_tokens}, "
+        f"{settings.rounds} round(s), alternating: total tok/s with no admin subscriber "
+        f"{tok_s.no_subscriber:.1f}, with a lagging one (raw socket, SO_RCVBUF "
+        f"{settings.lagging_rcvbuf}, never reads) and a reading AdminClient "
+        f"{tok_s.with_subscribers:.1f}"
     )
     print(
-        f"    ratio {events['lagging_subscriber_ratio']:.3f} (by round {by_round}): target >= "
-        f"{LAGGING_RATIO_TARGET:g}: {verdict(events['lagging_ok'])}"
+        f"    ratio {events.lagging_subscriber_ratio:.3f} (by round {by_round}): target >= "
+        f"{LAGGING_RATIO_TARGET:g}: {verdict(events.lagging_ok)}"
     )
-    cpu = events["cpu_cores"]
+    cpu = events.cpu_cores
     print(
-        f"    CPU cores used: no subscriber {describe_cores(cpu['no_subscriber'])}; with "
-        f"subscribers {describe_cores(cpu['with_subscribers'])}"
+        f"    CPU cores used: no subscriber {describe_cores(cpu.no_subscriber)}; with "
+        f"subscribers {describe_cores(cpu.with_subscribers)}"
     )
-    received = events["lagging_received"]
-    dropped = sum(events["lagging_dropped"])
+    received = events.lagging_received
+    dropped = sum(events.lagging_dropped)
     print(
-        f"    events per run: published {events['events_published_per_run']}, seen by the reading "
-        f"subscriber {events['events_seen_by_reader_per_run']}; the lagging one, read after each "
-        f"run, had {[r['events'] for r in received]} events queued for it, dropped (ended with "
+        f"    events per run: published {events.events_published_per_run}, seen by the reading "
+        f"subscriber {events.events_seen_by_reader_per_run}; the lagging one, read after each "
+        f"run, had {[r.events for r in received]} events queued for it, dropped (ended with "
         f"stream.lagged) in {dropped} of {len(received)} run(s)"
     )
     if dropped < len(received):
         print(
-            f"    (a subscriber is dropped once {settings['subscriber_buffer']} events wait in its "
+            f"    (a subscriber is dropped once {settings.subscriber_buffer} events wait in its "
             "buffer, and they only start to wait there when the kernel's socket buffers between "
             "the parent and it are full: on loopback that is hundreds of KB to MBs)"
         )
-    print_hub(events["hub_micro"], settings["subscriber_buffer"])
+    print_hub(events.hub_micro, settings.subscriber_buffer)

@@ -22,8 +22,7 @@ import json
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import anyio
 import httpx
@@ -34,6 +33,13 @@ from bench.health import isolated_worker, wait_admission
 from bench.plan import Plan
 from bench.processes import CPUClock, cores_used, describe_cores
 from bench.raw_http import ERRORS, RawHTTP, prepared_post
+from bench.results.measurements import (
+    CoresByLoad,
+    OverloadSettings,
+    OverloadSummary,
+    RejectLatency,
+    TokSByLoad,
+)
 from bench.runs import BatchRun, StreamRun, describe_batch
 from bench.settings import REQUEST_TIMEOUT_S, alternating
 from bench.streams import CHAT_PATH, HTTPBench, chat_body, gather
@@ -61,6 +67,10 @@ class OverloadRun:
     rejected_by_parent: int  # the parent's admission.rejected, the change over the run
     cpu_s: dict[str, float]  # CPU seconds over the run: parent, worker, client (this process)
     problems: dict[str, int]  # what 429s lacked of what the server promises, and how many
+
+    @property
+    def admitted_tok_s(self) -> float:
+        return self.admitted.total_tok_s
 
     @property
     def rejects_per_s(self) -> float:
@@ -233,7 +243,7 @@ async def measure_overload(plan: Plan, prompt: str) -> list[OverloadRun]:
     return runs
 
 
-def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]:
+def overload_summary(runs: list[OverloadRun], max_tokens: int) -> OverloadSummary:
     unloaded_runs = [r for r in runs if not r.overloaded]
     loaded_runs = [r for r in runs if r.overloaded]
     unloaded = [r.admitted.total_tok_s for r in unloaded_runs]
@@ -262,83 +272,73 @@ def overload_summary(runs: list[OverloadRun], max_tokens: int) -> dict[str, Any]
         )
         for unl, over in zip(unloaded_runs, loaded_runs, strict=False)
     ]
-    return {
-        "reject_ms": {
-            "p50": percentile(rejects, 50),
-            "p99": p99,
-            "max": max(rejects, default=float("nan")),
-            "count": len(rejects),
-        },
-        "admitted_vs_unloaded": admitted_ratio,
-        "admitted_vs_unloaded_by_round": [ratio(o, u) for u, o in pairs],
-        "admitted_tok_s": {"unloaded": median(unloaded), "overloaded": median(overloaded)},
-        "rejects_per_s": median([r.rejects_per_s for r in loaded_runs]),
-        "extra_requests": dict(extra),
-        "cpu_cores": {"unloaded": cores(unloaded_runs), "overloaded": cores(loaded_runs)},
-        "parent_cpu_ms_per_429": median(per_reject),
-        "rejected_by_parent": sum(r.rejected_by_parent for r in loaded_runs),
-        "problems": dict(sum((collections.Counter(r.problems) for r in runs), empty)),
-        "reject_ok": None if not rejects else p99 < REJECT_P99_TARGET_MS,
-        "admitted_ok": admitted_ratio >= ADMITTED_RATIO_TARGET,
-        "settings": {
-            "server_options": overload_options(),
-            "admitted_streams": OVERLOAD_MAX_ACTIVE,
-            "admitted_max_tokens": max_tokens,
-            "extra_in_flight": OVERLOAD_EXTRA,
-            "extra_max_tokens": 1,
-            "refill_ms": OVERLOAD_REFILL_S * 1e3,
-            "refill_jitter": OVERLOAD_REFILL_JITTER,
-            "rounds": len(pairs),
-        },
-        "runs": [
-            {
-                **asdict(r),
-                "admitted_tok_s": r.admitted.total_tok_s,
-                "rejects_per_s": r.rejects_per_s,
-            }
-            for r in runs
-        ],
-    }
+    return OverloadSummary(
+        reject_ms=RejectLatency(
+            p50=percentile(rejects, 50), p99=p99, max=max(rejects, default=float("nan")), count=len(rejects)
+        ),
+        admitted_vs_unloaded=admitted_ratio,
+        admitted_vs_unloaded_by_round=[ratio(o, u) for u, o in pairs],
+        admitted_tok_s=TokSByLoad(unloaded=median(unloaded), overloaded=median(overloaded)),
+        rejects_per_s=median([r.rejects_per_s for r in loaded_runs]),
+        extra_requests=dict(extra),
+        cpu_cores=CoresByLoad(unloaded=cores(unloaded_runs), overloaded=cores(loaded_runs)),
+        parent_cpu_ms_per_429=median(per_reject),
+        rejected_by_parent=sum(r.rejected_by_parent for r in loaded_runs),
+        problems=dict(sum((collections.Counter(r.problems) for r in runs), empty)),
+        reject_ok=None if not rejects else p99 < REJECT_P99_TARGET_MS,
+        admitted_ok=admitted_ratio >= ADMITTED_RATIO_TARGET,
+        settings=OverloadSettings(
+            server_options=overload_options(),
+            admitted_streams=OVERLOAD_MAX_ACTIVE,
+            admitted_max_tokens=max_tokens,
+            extra_in_flight=OVERLOAD_EXTRA,
+            extra_max_tokens=1,
+            refill_ms=OVERLOAD_REFILL_S * 1e3,
+            refill_jitter=OVERLOAD_REFILL_JITTER,
+            rounds=len(pairs),
+        ),
+        runs=runs,
+    )
 
 
-def print_overload(overload: dict[str, Any]) -> None:
-    settings = overload["settings"]
-    reject, tok_s = overload["reject_ms"], overload["admitted_tok_s"]
+def print_overload(overload: OverloadSummary) -> None:
+    settings = overload.settings
+    reject, tok_s = overload.reject_ms, overload.admitted_tok_s
     print()
     print(
-        f"overload (a separate isolated server with {' '.join(settings['server_options'])}; "
-        f"{settings['rounds']} round(s) of one unloaded and one overloaded run, medians):"
+        f"overload (a separate isolated server with {' '.join(settings.server_options)}; "
+        f"{settings.rounds} round(s) of one unloaded and one overloaded run, medians):"
     )
     print(
-        f"  {settings['admitted_streams']} admitted streams of max_tokens "
-        f"{settings['admitted_max_tokens']}; overloaded: meanwhile {settings['extra_in_flight']} "
+        f"  {settings.admitted_streams} admitted streams of max_tokens "
+        f"{settings.admitted_max_tokens}; overloaded: meanwhile {settings.extra_in_flight} "
         f"more clients, each sending a request (max_tokens 1) and, after a 429, the next one "
-        f"{settings['refill_ms']:g} ms (+-50%) later, until the first admitted stream ends; then "
+        f"{settings.refill_ms:g} ms (+-50%) later, until the first admitted stream ends; then "
         "the ones still unanswered (queued) close their connections"
     )
-    by_round = ", ".join(f"{r:.3f}" for r in overload["admitted_vs_unloaded_by_round"])
+    by_round = ", ".join(f"{r:.3f}" for r in overload.admitted_vs_unloaded_by_round)
     print(
-        f"  admitted total tok/s: unloaded {tok_s['unloaded']:.1f}, overloaded "
-        f"{tok_s['overloaded']:.1f}: admitted_vs_unloaded {overload['admitted_vs_unloaded']:.3f} "
+        f"  admitted total tok/s: unloaded {tok_s.unloaded:.1f}, overloaded "
+        f"{tok_s.overloaded:.1f}: admitted_vs_unloaded {overload.admitted_vs_unloaded:.3f} "
         f"(by round {by_round}): target >= {ADMITTED_RATIO_TARGET:g}: "
-        f"{verdict(overload['admitted_ok'])}"
+        f"{verdict(overload.admitted_ok)}"
     )
     print(
         f"  429 latency (request sent to the whole answer read, client side): p50 "
-        f"{reject['p50']:.2f} ms, p99 {reject['p99']:.2f} ms, max {reject['max']:.2f} ms over "
-        f"{reject['count']} (~{overload['rejects_per_s']:.0f}/s): target p99 < "
-        f"{REJECT_P99_TARGET_MS:g} ms: {verdict(overload['reject_ok'])}"
+        f"{reject.p50:.2f} ms, p99 {reject.p99:.2f} ms, max {reject.max:.2f} ms over "
+        f"{reject.count} (~{overload.rejects_per_s:.0f}/s): target p99 < "
+        f"{REJECT_P99_TARGET_MS:g} ms: {verdict(overload.reject_ok)}"
     )
-    extra = " ".join(f"{k}:{v}" for k, v in sorted(overload["extra_requests"].items()))
+    extra = " ".join(f"{k}:{v}" for k, v in sorted(overload.extra_requests.items()))
     print(
-        f"  extra requests: {extra}; the parent counted {overload['rejected_by_parent']} "
+        f"  extra requests: {extra}; the parent counted {overload.rejected_by_parent} "
         "rejected"
     )
-    cpu = overload["cpu_cores"]
+    cpu = overload.cpu_cores
     print(
-        f"  CPU cores used (of {os.cpu_count()}): unloaded {describe_cores(cpu['unloaded'])}; "
-        f"overloaded {describe_cores(cpu['overloaded'])}; the parent's extra CPU per 429 "
-        f"{overload['parent_cpu_ms_per_429']:.2f} ms"
+        f"  CPU cores used (of {os.cpu_count()}): unloaded {describe_cores(cpu.unloaded)}; "
+        f"overloaded {describe_cores(cpu.overloaded)}; the parent's extra CPU per 429 "
+        f"{overload.parent_cpu_ms_per_429:.2f} ms"
     )
-    for problem, count in overload["problems"].items():
+    for problem, count in overload.problems.items():
         print(f"  problem: {count} {problem}")

@@ -36,8 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import anyio
 import httpx
@@ -47,6 +46,8 @@ from bench.figures import median, print_table, progress, verdict
 from bench.health import isolated_worker, worker_client
 from bench.hosts import Host
 from bench.plan import Plan
+from bench.results.measurements import RecoverySummary
+from bench.results.serving import Startup
 from bench.settings import REPO_ROOT, REQUEST_TIMEOUT_S
 from bench.streams import CHAT_PATH, chat_body
 
@@ -239,30 +240,28 @@ def worker_import_s(runs: int = IMPORT_RUNS) -> float:
     return median(times)
 
 
-def recovery_summary(runs: list[Recovery], fallback_load_s: float | None = None) -> dict[str, Any]:
+def recovery_summary(
+    runs: list[Recovery], startup: Startup, fallback_load_s: float | None = None
+) -> RecoverySummary:
     """Medians over the kills. The model's load time is the respawned workers' own (median), or
     `fallback_load_s` (the in-process server's) when no worker said."""
     recovery_s = median([r.recovery_s for r in runs])
     worker_ready_s = median([r.worker_ready_s for r in runs])
     loads = [r.model_load_s for r in runs if r.model_load_s is not None]
     model_load_s = median(loads) if loads else fallback_load_s
-    return {
-        "recovery_s": recovery_s,
-        "worker_ready_s": worker_ready_s,
-        "respawn_ready_s": median(
-            [r.respawn_ready_s for r in runs if r.respawn_ready_s is not None]
-        ),
-        "model_load_s": model_load_s,
-        "model_load_from": "worker" if loads else ("in_process" if fallback_load_s is not None else None),
-        "slack_s": RECOVERY_SLACK_S,
-        "meets_target": recovery_ok_vs_model_load(recovery_s, model_load_s),
-        "ready_slack_s": READY_SLACK_S,
-        "meets_ready_target": recovery_s <= worker_ready_s + READY_SLACK_S,
-        "runs": [
-            {**asdict(r), "meets_target": r.meets_target, "meets_ready_target": r.meets_ready_target}
-            for r in runs
-        ],
-    }
+    return RecoverySummary(
+        recovery_s=recovery_s,
+        worker_ready_s=worker_ready_s,
+        respawn_ready_s=median([r.respawn_ready_s for r in runs if r.respawn_ready_s is not None]),
+        model_load_s=model_load_s,
+        model_load_from="worker" if loads else ("in_process" if fallback_load_s is not None else None),
+        slack_s=RECOVERY_SLACK_S,
+        meets_target=recovery_ok_vs_model_load(recovery_s, model_load_s),
+        ready_slack_s=READY_SLACK_S,
+        meets_ready_target=recovery_s <= worker_ready_s + READY_SLACK_S,
+        runs=runs,
+        startup=startup,
+    )
 
 
 def recovery_ok_vs_model_load(recovery_s: float, load_s: float | None) -> bool | None:
@@ -288,24 +287,25 @@ async def measure_recovery(plan: Plan, prompt: str) -> list[Recovery]:
     return runs
 
 
-def print_recovery(recovery: dict[str, Any], startup: dict[str, float | None]) -> None:
+def print_recovery(recovery: RecoverySummary) -> None:
+    startup = recovery.startup
     def seconds(value: float | None) -> str:
         return "?" if value is None else f"{value:.3f}"
 
     print()
     print(
         f"recovery (isolated: kill -9 of the worker to the first 200 of a max_tokens "
-        f"{RECOVERY_MAX_TOKENS} request; {len(recovery['runs'])} kill(s), medians):"
+        f"{RECOVERY_MAX_TOKENS} request; {len(recovery.runs)} kill(s), medians):"
     )
     load_from = {"worker": "the respawned workers' own load_seconds", "in_process": "the in-process server's"}
     print(
-        f"  recovery_s {recovery['recovery_s']:.3f} s, model load {seconds(recovery['model_load_s'])} s "
-        f"({load_from.get(recovery['model_load_from'] or '', 'unknown')}): target recovery_s <= model "
-        f"load + {RECOVERY_SLACK_S:g} s: {verdict(recovery['meets_target'])}"
+        f"  recovery_s {recovery.recovery_s:.3f} s, model load {seconds(recovery.model_load_s)} s "
+        f"({load_from.get(recovery.model_load_from or '', 'unknown')}): target recovery_s <= model "
+        f"load + {RECOVERY_SLACK_S:g} s: {verdict(recovery.meets_target)}"
     )
     print(
-        f"  the older target, recovery_s <= worker_ready_s ({recovery['worker_ready_s']:.3f} s) + "
-        f"{READY_SLACK_S:g} s: {verdict(recovery['meets_ready_target'])}"
+        f"  the older target, recovery_s <= worker_ready_s ({recovery.worker_ready_s:.3f} s) + "
+        f"{READY_SLACK_S:g} s: {verdict(recovery.meets_ready_target)}"
     )
     header = (
         "kill", "standby", "ready_s before", "exit seen", "respawned", "ready", "200", "respawn ready_s",
@@ -315,19 +315,19 @@ def print_recovery(recovery: dict[str, Any], startup: dict[str, float | None]) -
     lines = [
         (
             str(number),
-            standby[run.get("standby_ready")],
-            seconds(run["worker_ready_s"]),
-            seconds(run["exit_seen_at_s"]),
-            seconds(run["respawned_at_s"]),
-            seconds(run["ready_at_s"]),
-            seconds(run["recovery_s"]),
-            seconds(run["respawn_ready_s"]),
-            seconds(run["model_load_s"]),
-            seconds(run["warm_request_s"]),
-            " ".join(f"{k}:{v}" for k, v in sorted(run["attempts"].items())),
-            ",".join(run["retry_after"]) or "-",
+            standby[run.standby_ready],
+            seconds(run.worker_ready_s),
+            seconds(run.exit_seen_at_s),
+            seconds(run.respawned_at_s),
+            seconds(run.ready_at_s),
+            seconds(run.recovery_s),
+            seconds(run.respawn_ready_s),
+            seconds(run.model_load_s),
+            seconds(run.warm_request_s),
+            " ".join(f"{k}:{v}" for k, v in sorted(run.attempts.items())),
+            ",".join(run.retry_after) or "-",
         )
-        for number, run in enumerate(recovery["runs"], 1)
+        for number, run in enumerate(recovery.runs, 1)
     ]
     print_table(header, lines, ["<", "<", *">" * 8, "<", "<"], indent="  ")
     print(
@@ -337,7 +337,7 @@ def print_recovery(recovery: dict[str, Any], startup: dict[str, float | None]) -
     )
     print(
         "  where a worker's ready_s goes: a fresh interpreter importing the worker's modules "
-        f"takes {seconds(startup.get('worker_import_s'))} s (median of {IMPORT_RUNS}); the model load "
-        f"itself {seconds(startup.get('in_process_load_s'))} s (the in-process server's 'loaded in'; "
-        f"mlx_lm.load in this process {seconds(startup.get('raw_load_s'))} s)"
+        f"takes {seconds(startup and startup.worker_import_s)} s (median of {IMPORT_RUNS}); the model load "
+        f"itself {seconds(startup and startup.in_process_load_s)} s (the in-process server's 'loaded in'; "
+        f"mlx_lm.load in this process {seconds(startup and startup.raw_load_s)} s)"
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -28,24 +29,56 @@ from bench.constrained import CONSTRAINED_STREAMS, constrained_summary, measure_
 from bench.event_latency import measure_event_latency, worker_exits
 from bench.figures import percentile, progress
 from bench.health import isolated_worker
-from bench.lagging import LAGGING_MIN_ROUNDS, LAGGING_TOKENS_FACTOR, measure_hub_ratio
+from bench.lagging import LAGGING_MIN_ROUNDS, LAGGING_TOKENS_FACTOR, HubRun, measure_hub_ratio
 from bench.memory import measure_memory
 from bench.mlx_lm_server import start_mlx_lm_server
-from bench.overload import measure_overload
+from bench.overload import OverloadRun, measure_overload
 from bench.plan import Plan
 from bench.raw import RawMLX
 from bench.recovery import Recovery, describe_recovery, recover_once, worker_import_s
+from bench.results.measurements import ConstrainedSummary
+from bench.results.serving import Memory, Peer
 from bench.runs import Measurements
 from bench.settings import HTTP_PATHS, LABELS, PATHS, REQUEST_TIMEOUT_S, SERVED
 from bench.streams import HTTPBench
 from bench.throughput import Paths, measure_throughput, warm_up_http, warm_up_raw
 from bench.ttft import measure_ttft
-from bench.watcher import watching
+from bench.watcher import EventSample, watching
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What `measure` hands to the report: the runs as measured, and the few summaries it made."""
+
+    results: dict[str, Measurements]  # by path
+    prompt_tokens: dict[str, int]  # by HTTP path: usage.prompt_tokens of the prompt
+    stream_retries: dict[str, dict[str, int]]  # by HTTP path: streams tried again, by what failed
+    # Every server's usage.prompt_tokens_details.cached_tokens (its prompt cache) to how many
+    # requests reported it; raw mlx-lm has no prompt cache and prefills every prompt.
+    cached_prompt_tokens: dict[str, dict[str, int]]
+    mlx_lm_server: Peer
+    ttft_max_tokens: int
+    server_engines: dict[str, Any]  # each mlxhost server's engine counters, as its /health has them
+    memory: Memory
+    recoveries: list[Recovery]
+    cancels: list[CancelRun]
+    cancel_max_tokens: int
+    overloads: list[OverloadRun]
+    constrained: ConstrainedSummary
+    worker_import_s: float
+    in_process_load_s: float | None
+    event_samples: list[EventSample]
+    event_types: dict[str, int]
+    event_error: str | None
+    exit_samples: list[EventSample]
+    exits_missing: int
+    hub_runs: list[HubRun]
+    hub_max_tokens: int
 
 
 async def measure(
     plan: Plan, raw: RawMLX, prompt: str, ids: list[int], servers_stack: contextlib.ExitStack
-) -> dict[str, Any]:
+) -> Measured:
     """Everything but the report. The servers go on `servers_stack`, which the caller closes."""
     results = {name: Measurements() for name in PATHS}
     top = max(plan.concurrency)
@@ -137,42 +170,38 @@ async def measure(
 
     overloads = await measure_overload(plan, prompt)
     imports_s = worker_import_s()
-    return {
-        "results": results,
-        "prompt_tokens": {name: http[name].prompt_tokens for name in HTTP_PATHS},
-        "stream_retries": {name: dict(http[name].retries) for name in HTTP_PATHS},
-        # Every server's usage.prompt_tokens_details.cached_tokens (its prompt cache) to how many
-        # requests reported it; raw mlx-lm has no prompt cache and prefills every prompt.
-        "cached_prompt_tokens": {
-            name: {str(k): v for k, v in sorted(http[name].cached_tokens.items())}
-            for name in HTTP_PATHS
+    return Measured(
+        results=results,
+        prompt_tokens={name: http[name].prompt_tokens for name in HTTP_PATHS},
+        stream_retries={name: dict(http[name].retries) for name in HTTP_PATHS},
+        cached_prompt_tokens={
+            name: {str(k): v for k, v in sorted(http[name].cached_tokens.items())} for name in HTTP_PATHS
         },
-        "mlx_lm_server": {
-            "command": peer.command,
-            "options": peer.command[peer.command.index("--model") :],
-            "listen_backlog": peer.backlog,
-            "as_shipped": not plan.mlx_lm_server_backlog,
-            "ready_s": peer.ready_s,
-            # prompt_tokens_details.cached_tokens (its prompt cache) to the number of requests:
-            "cached_prompt_tokens": {
+        mlx_lm_server=Peer(
+            command=peer.command,
+            options=peer.command[peer.command.index("--model") :],
+            listen_backlog=peer.backlog,
+            as_shipped=not plan.mlx_lm_server_backlog,
+            ready_s=peer.ready_s,
+            cached_prompt_tokens={
                 str(k): v for k, v in sorted(http["mlx_lm_server"].cached_tokens.items())
             },
-        },
-        "ttft_max_tokens": ttft_tokens,
-        "server_engines": engines,
-        "memory": memory,
-        "recoveries": recoveries,
-        "cancels": cancels,
-        "cancel_max_tokens": cancel_tokens,
-        "overloads": overloads,
-        "constrained": constrained_summary(constrained, plan.max_tokens),
-        "worker_import_s": imports_s,
-        "in_process_load_s": servers["in_process"].load_s,
-        "event_samples": event_samples,
-        "event_types": event_types,
-        "event_error": event_error,
-        "exit_samples": exit_samples,
-        "exits_missing": exits_missing,
-        "hub_runs": hub_runs,
-        "hub_max_tokens": hub_tokens,
-    }
+        ),
+        ttft_max_tokens=ttft_tokens,
+        server_engines=engines,
+        memory=memory,
+        recoveries=recoveries,
+        cancels=cancels,
+        cancel_max_tokens=cancel_tokens,
+        overloads=overloads,
+        constrained=constrained_summary(constrained, plan.max_tokens),
+        worker_import_s=imports_s,
+        in_process_load_s=servers["in_process"].load_s,
+        event_samples=event_samples,
+        event_types=event_types,
+        event_error=event_error,
+        exit_samples=exit_samples,
+        exits_missing=exits_missing,
+        hub_runs=hub_runs,
+        hub_max_tokens=hub_tokens,
+    )

@@ -18,12 +18,13 @@ Figures, each the median over the repeats:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from bench.figures import median, percentile, progress, ratio
 from bench.plan import Plan
 from bench.raw import RawMLX
+from bench.results.serving import Batched, PathSummary, SingleStream
 from bench.runs import Measurements, StreamRun, describe_batch, describe_stream
 from bench.settings import LABELS, PATHS, in_turn
 from bench.streams import HTTPBench
@@ -93,39 +94,35 @@ def run_raw_batch(
     return describe_batch(batch)
 
 
-def summarize(results: Measurements) -> dict[str, Any]:
+def summarize(results: Measurements) -> PathSummary:
     """One path's figures by concurrency ("c1", "c4", ...), with every run behind them."""
-    summary: dict[str, Any] = {}
+    summary: PathSummary = {}
     # TTFT over every single-stream request: the c1 runs and the TTFT requests.
     ttft_ms = [r.ttft_s * 1e3 for r in [*results.single, *results.ttft_probes]]
     if results.single:
-        summary["c1"] = {
-            "decode_tok_s": median([r.decode_tok_s for r in results.single]),
-            "ttft_ms_p50": percentile(ttft_ms, 50),
-            "ttft_ms_p95": percentile(ttft_ms, 95),
-            "ttft_samples": len(ttft_ms),
-            "ttft_ms_p50_c1_runs": median([r.ttft_s * 1e3 for r in results.single]),
-            "e2e_tok_s": median([r.e2e_tok_s for r in results.single]),
-            "total_tok_s": median([r.e2e_tok_s for r in results.single]),  # one stream's total
-            "tokens": [r.tokens for r in results.single],
-            "runs": [
-                {**asdict(r), "decode_tok_s": r.decode_tok_s, "e2e_tok_s": r.e2e_tok_s}
-                for r in results.single
-            ],
-            "ttft_requests_ms": [r.ttft_s * 1e3 for r in results.ttft_probes],
-        }
+        summary["c1"] = SingleStream(
+            decode_tok_s=median([r.decode_tok_s for r in results.single]),
+            ttft_ms_p50=percentile(ttft_ms, 50),
+            ttft_ms_p95=percentile(ttft_ms, 95),
+            ttft_samples=len(ttft_ms),
+            ttft_ms_p50_c1_runs=median([r.ttft_s * 1e3 for r in results.single]),
+            e2e_tok_s=median([r.e2e_tok_s for r in results.single]),
+            total_tok_s=median([r.e2e_tok_s for r in results.single]),  # one stream's total
+            tokens=[r.tokens for r in results.single],
+            runs=results.single,
+            ttft_requests_ms=[r.ttft_s * 1e3 for r in results.ttft_probes],
+        )
     for concurrency, runs in sorted(results.batches.items()):
         stream_ttft_ms = [t * 1e3 for r in runs for t in r.ttft_s]
         bare = results.tokens_only.get(concurrency)
-        summary[f"c{concurrency}"] = {
-            "total_tok_s": median([r.total_tok_s for r in runs]),
-            "ttft_ms_p50": percentile(stream_ttft_ms, 50),
-            "ttft_ms_p95": percentile(stream_ttft_ms, 95),
-            "tokens": [r.tokens for r in runs],
-            "runs": [{**asdict(r), "total_tok_s": r.total_tok_s} for r in runs],
-        }
-        if bare:
-            summary[f"c{concurrency}"]["tokens_only_total_tok_s"] = median([r.total_tok_s for r in bare])
+        summary[f"c{concurrency}"] = Batched(
+            total_tok_s=median([r.total_tok_s for r in runs]),
+            ttft_ms_p50=percentile(stream_ttft_ms, 50),
+            ttft_ms_p95=percentile(stream_ttft_ms, 95),
+            tokens=[r.tokens for r in runs],
+            runs=runs,
+            tokens_only_total_tok_s=median([r.total_tok_s for r in bare]) if bare else None,
+        )
     return summary
 
 
@@ -138,7 +135,7 @@ class Row(NamedTuple):
         return ratio(self.values[path], self.values[base])
 
 
-def table_rows(summaries: dict[str, dict[str, Any]]) -> list[Row]:
+def table_rows(summaries: dict[str, PathSummary]) -> list[Row]:
     """The report's table: one row per figure, one column per path."""
 
     def tokens(key: str) -> str:
@@ -147,10 +144,10 @@ def table_rows(summaries: dict[str, dict[str, Any]]) -> list[Row]:
             low, high = min(flat), max(flat)
             return str(low) if low == high else f"{low}-{high}"
 
-        return " / ".join(span(summaries[path][key]["tokens"]) for path in PATHS)
+        return " / ".join(span(summaries[path][key].tokens) for path in PATHS)
 
     def row(label: str, key: str, figure: str) -> Row:
-        return Row(label, {path: summaries[path][key][figure] for path in PATHS}, tokens(key))
+        return Row(label, {path: getattr(summaries[path][key], figure) for path in PATHS}, tokens(key))
 
     rows: list[Row] = []
     if "c1" in summaries["raw"]:
@@ -160,7 +157,7 @@ def table_rows(summaries: dict[str, dict[str, Any]]) -> list[Row]:
     for key in batched:
         rows.append(row(f"total tok/s {key}", key, "total_tok_s"))
     if "c1" in summaries["raw"]:
-        samples = summaries["raw"]["c1"]["ttft_samples"]
+        samples = summaries["raw"]["c1"].ttft_samples  # type: ignore[union-attr]  # c1 is a SingleStream
         rows.append(row(f"TTFT ms p50 c1 ({samples} requests)", "c1", "ttft_ms_p50"))
         rows.append(row(f"TTFT ms p95 c1 ({samples} requests)", "c1", "ttft_ms_p95"))
     for key in batched:
