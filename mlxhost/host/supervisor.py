@@ -15,36 +15,35 @@ Stopping drains in-flight requests, then SIGTERM, then SIGKILL after `stop_timeo
 Ctrl-C reaches the parent only, which drains workers as it does on SIGTERM; a worker draining on
 its own (`"status": "stopping"`) is alive, not hung.
 
-For a managed job, `paused()` holds the running worker paused (its private `POST /admin/lease`,
-mlxhost.worker.pause) and the `spawn_gate` holds back every spawn, so that no worker computes
-or loads while the job has the machine.
+For a managed job, `paused()` holds the running worker paused (the lease's client is
+`mlxhost.host.pause_lease`) and the `spawn_gate` holds back every spawn, so that no worker computes
+or loads while the job has the machine. What the admin API shows of a worker is built in
+`mlxhost.host.worker_snapshot`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import socket
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
 import anyio.abc
-import psutil
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.launch import launch_record
+from mlxhost.host.pause_lease import pause_lease
 from mlxhost.host.restart_budget import GiveUp, RestartBudget
 from mlxhost.host.standby import StandbyPool
-from mlxhost.host.upstream import UpstreamError, UpstreamResponse, WorkerClient
+from mlxhost.host.upstream import WorkerClient
 from mlxhost.host.worker_process import WorkerProcess
+from mlxhost.host.worker_snapshot import rank_records, worker_record
 from mlxhost.host.worker_status import WorkerExit, WorkerState, WorkerUnavailable
 from mlxhost.wire.admin import (
-    RankRecord,
     WorkerExhausted,
     WorkerExited,
     WorkerMemory,
@@ -53,7 +52,7 @@ from mlxhost.wire.admin import (
     WorkerRestarting,
     WorkerSpawned,
 )
-from mlxhost.wire.launch import PAUSE_LEASE_PATH, MemoryReading, SessionProgress
+from mlxhost.wire.launch import MemoryReading, SessionProgress
 
 __all__ = ["Supervisor"]
 
@@ -61,7 +60,6 @@ logger = logging.getLogger("mlxhost.supervisor")
 
 # Beyond drain_timeout, which the worker's running generations get: its answer, and freeing the cache.
 PAUSE_MARGIN = 5.0
-MAX_LEASE_LINE = 4096
 
 
 class Supervisor:
@@ -237,93 +235,23 @@ class Supervisor:
         """
         while self.client is None and self._worker is not None:  # spawned, not ready yet
             await self._changed.wait()
-        client = self.client
-        if client is None:
+        if self.client is None:
             yield None
             return
-        held = await self._lease(client)
-        if held is None:
-            yield None
-            return
-        response, body, reading = held
-        self.paused_now = True
-        logger.info("worker %s: paused", self.id)
-        try:
-            yield reading
-        finally:
-            self.paused_now = False
-            await _end_lease(response, body)
-            logger.info("worker %s: resumed", self.id)
-
-    async def _lease(
-        self, client: WorkerClient
-    ) -> tuple[UpstreamResponse, AsyncIterator[bytes], MemoryReading] | None:
-        """Ask for a pause lease and wait until it is held; None if the process is gone."""
-        wait = self.settings.drain_timeout + PAUSE_MARGIN
-        response: UpstreamResponse | None = None
-        body: AsyncIterator[bytes] | None = None
-        try:
-            with anyio.fail_after(wait):
-                response = await client.post(PAUSE_LEASE_PATH, {}, b"")
-                if not response.is_success:
-                    raise WorkerUnavailable(
-                        f"the worker of '{self.id}' refused to pause (HTTP {response.status_code})",
-                        code="pause_refused",
-                    )
-                body = response.aiter_raw()
-                line = b""
-                async for chunk in body:  # left open after the first line: the lease is held
-                    line += chunk
-                    if b"\n" in line or len(line) > MAX_LEASE_LINE:
-                        break
-                first = json.loads(line.partition(b"\n")[0])
-                reading = MemoryReading(**first["memory"])
-        except UpstreamError as exc:  # it ended meanwhile: nothing left to pause
-            logger.info("worker %s: not paused, it is gone (%s)", self.id, exc)
-            return None
-        except BaseException as exc:
-            if response is not None:
-                await _end_lease(response, body)
-            if isinstance(exc, TimeoutError):
-                raise WorkerUnavailable(
-                    f"the worker of '{self.id}' did not pause within {wait:g}s: its generations are "
-                    "still running",
-                    code="pause_timeout",
-                ) from None
-            if isinstance(exc, ValueError | KeyError | TypeError):
-                raise WorkerUnavailable(
-                    f"the worker of '{self.id}' answered its pause lease with something else: {exc!r}",
-                    code="pause_refused",
-                ) from exc
-            raise
-        assert body is not None
-        return response, body, reading
+        async with pause_lease(self.client, self.id, self.settings.drain_timeout + PAUSE_MARGIN) as reading:
+            if reading is None:
+                yield None
+                return
+            self.paused_now = True
+            logger.info("worker %s: paused", self.id)
+            try:
+                yield reading
+            finally:
+                self.paused_now = False
+                logger.info("worker %s: resumed", self.id)
 
     def snapshot(self) -> WorkerRecord:
-        now = time.monotonic()
-        return WorkerRecord(
-            id=self.id,
-            model=self.spec.id,
-            state=self.state.value,
-            pid=self.pid,
-            socket=str(self.socket_path),
-            restarts=self.restarts,
-            in_flight=self.in_flight,
-            uptime_s=round(now - self.ready_since, 3) if self.ready_since else None,
-            ready_s=round(self.ready_seconds, 3) if self.ready_seconds is not None else None,
-            last_exit=self.last_exit.record() if self.last_exit else None,
-            memory=self.memory,
-            ranks=self._ranks(),
-        )
-
-    def _ranks(self) -> tuple[RankRecord, ...]:
-        worker = self._worker
-        if worker is None or self.ready_since is None:
-            return ()
-        return tuple(
-            RankRecord(rank=r["rank"], host=r["host"], pid=r["pid"], rss_bytes=_rss(r["host"], r["pid"]))
-            for r in worker.ranks
-        )
+        return worker_record(self, self._worker.ranks if self._worker is not None else [])
 
     # -- the lifecycle task ----------------------------------------------------------------
 
@@ -444,7 +372,7 @@ class Supervisor:
         self.ready_since = self.last_used = time.monotonic()  # idle from now: a slow load is no idleness
         self.client = WorkerClient(str(self.socket_path))
         logger.info("worker %s: ready (pid %d) in %.2fs", self.id, pid, seconds)
-        ranks = self._ranks()
+        ranks = rank_records(self._worker.ranks if self._worker is not None else [])
         self.events.publish(WorkerReady(worker=self.id, pid=pid, ready_ms=int(seconds * 1000), ranks=ranks))
         self._set_state(WorkerState.READY)
 
@@ -488,20 +416,3 @@ class Supervisor:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
-
-
-async def _end_lease(response: UpstreamResponse, body: AsyncIterator[bytes] | None) -> None:
-    with anyio.CancelScope(shield=True):
-        await response.aclose()  # closes the connection, unread: that is what ends the lease
-        if isinstance(body, AsyncGenerator):
-            await body.aclose()  # now rather than when it is collected; nothing is left to close
-
-
-def _rss(host: str, pid: int) -> int | None:
-    """The resident memory of a rank on this machine; None for one elsewhere, or gone."""
-    if host != socket.gethostname():
-        return None
-    try:
-        return int(psutil.Process(pid).memory_info().rss)
-    except psutil.Error:
-        return None
