@@ -29,7 +29,7 @@ from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.worker_status import WorkerState
 from mlxhost.runtime.body import read_body
 from mlxhost.runtime.guard import front_door, health_detail
-from mlxhost.runtime.responses import EXCEPTION_HANDLERS
+from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS
 from mlxhost.wire.admin.state import client_entries
 from mlxhost.wire.errors import NotFound, ServiceUnavailable
 from mlxhost.wire.inert import excerpt

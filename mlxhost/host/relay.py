@@ -37,7 +37,7 @@ from mlxhost.host.sessions import CancelReason, Outcome, Session, SessionRegistr
 from mlxhost.host.supervisor import Supervisor
 from mlxhost.host.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from mlxhost.host.worker_status import WorkerUnavailable
-from mlxhost.runtime.responses import error_response
+from mlxhost.runtime.error_responses import error_response
 from mlxhost.wire.admin import AdmissionRejected
 from mlxhost.wire.dialect import Dialect, sse_error
 from mlxhost.wire.errors import (

@@ -31,7 +31,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxhost.config import ConfigError, Settings
-from mlxhost.runtime.responses import error_response
+from mlxhost.runtime.error_responses import error_response
 from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import (
     APIError,

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from mlxhost.config import Settings
 from mlxhost.runtime.guard import api_keys, front_door, health_detail
-from mlxhost.runtime.responses import EXCEPTION_HANDLERS, error_response
+from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS, error_response
 from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import NotFound
 from mlxhost.wire.inert import excerpt
