@@ -40,23 +40,23 @@ __all__ = ["admin_routes", "host_state", "sessions_record", "standby_records"]
 MAX_SEQ_DIGITS = 20  # an event number fits in 64 bits
 
 
-def host_state(host: ParentState) -> HostState:
+def host_state(parent: ParentState) -> HostState:
     """One consistent snapshot: built without a pause, it includes exactly the events up to `seq`."""
     return HostState(
-        seq=host.events.last_seq,
+        seq=parent.events.last_seq,
         host=HostRecord(
             pid=os.getpid(),
-            started=host.started,
-            uptime_s=round(time.time() - host.started, 3),
-            accepting=host.accepting,
+            started=parent.started,
+            uptime_s=round(time.time() - parent.started, 3),
+            accepting=parent.accepting,
         ),
-        workers=tuple(s.snapshot() for s in host.pool.supervisors()),
-        models=tuple(host.pool.snapshot()),
-        sessions=sessions_record(host),
-        admission={model: a.statistics() for model, a in host.admissions.items()},
-        execution=host.coordinator.record(),
-        jobs=tuple(host.jobs.recent()) if host.jobs is not None else (),
-        standby=standby_records(host.pool),
+        workers=tuple(s.snapshot() for s in parent.pool.supervisors()),
+        models=tuple(parent.pool.snapshot()),
+        sessions=sessions_record(parent),
+        admission={model: a.statistics() for model, a in parent.admissions.items()},
+        execution=parent.coordinator.record(),
+        jobs=tuple(parent.jobs.recent()) if parent.jobs is not None else (),
+        standby=standby_records(parent.pool),
     )
 
 
@@ -65,8 +65,8 @@ def standby_records(pool: ModelPool) -> tuple[StandbyRecord, ...]:
     return tuple(pool.standby.snapshot()) if pool.standby is not None else ()
 
 
-def sessions_record(host: Any) -> SessionsRecord:
-    sessions = host.sessions
+def sessions_record(parent: Any) -> SessionsRecord:
+    sessions = parent.sessions
     return SessionsRecord(
         opened=sessions.opened,
         closed=sessions.closed,
@@ -94,8 +94,8 @@ def _resume_point(request: Request) -> int | None:
 
 
 async def events(request: Request) -> Response:
-    host = parent_state(request)
-    subscription = host.events.subscribe(_resume_point(request))
+    parent = parent_state(request)
+    subscription = parent.events.subscribe(_resume_point(request))
 
     async def frames() -> Frames:
         try:
@@ -119,7 +119,7 @@ async def events(request: Request) -> Response:
         finally:
             await subscription.aclose()
 
-    return EventStream(frames(), idle_timeout=host.settings.idle_timeout)
+    return EventStream(frames(), idle_timeout=parent.settings.idle_timeout)
 
 
 async def list_sessions(request: Request) -> Response:
@@ -137,19 +137,19 @@ async def cancel_session(request: Request) -> Response:
 
 async def restart_worker(request: Request) -> Response:
     """Restart a model's worker; with drain (the default) after its running sessions finish."""
-    host = parent_state(request)
+    parent = parent_state(request)
     name = request.path_params["worker"]
-    spec = next((s for s in host.pool.specs if name in s.names), None)
+    spec = next((s for s in parent.pool.specs if name in s.names), None)
     if spec is None:
         raise NotFound(f"no worker '{excerpt(name)}'", param="worker", code="worker_not_found")
     drain = request.query_params.get("drain", "true").lower() not in ("false", "0", "no")
-    with anyio.fail_after(host.settings.drain_timeout + host.settings.load_timeout):
+    with anyio.fail_after(parent.settings.drain_timeout + parent.settings.load_timeout):
         if drain:
             # New sessions wait in the queue meanwhile; none is refused for the restart.
-            async with host.admission(spec).exclusive():
-                supervisor = await _restart(host.pool, spec, drain=True)
+            async with parent.admission(spec).exclusive():
+                supervisor = await _restart(parent.pool, spec, drain=True)
         else:
-            supervisor = await _restart(host.pool, spec, drain=False)
+            supervisor = await _restart(parent.pool, spec, drain=False)
     return JSONResponse({"worker": supervisor.snapshot().to_json()})
 
 

@@ -131,21 +131,21 @@ async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _drain_on_shutdown(host: ParentState, pool: ModelPool, shutdown: Shutdown, stop: anyio.Event) -> None:
+async def _drain_on_shutdown(parent: ParentState, pool: ModelPool, shutdown: Shutdown, stop: anyio.Event) -> None:
     await shutdown.requested.wait()
-    grace = host.settings.shutdown_grace
+    grace = parent.settings.shutdown_grace
     logger.info(
         "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
     )
-    host.accepting = False
-    host.events.publish(HostStopping(reason=shutdown.reason, grace_s=grace))
-    await shutdown.wait_grace(grace, host.sessions.wait_empty)
+    parent.accepting = False
+    parent.events.publish(HostStopping(reason=shutdown.reason, grace_s=grace))
+    await shutdown.wait_grace(grace, parent.sessions.wait_empty)
     # Cancelled sessions end their streams with an error chunk saying why: let them write it
     # before Hypercorn closes the connections.
-    host.sessions.cancel_all(CancelReason.SHUTDOWN)
-    host.coordinator.close()  # sessions waiting behind a job leave the line
+    parent.sessions.cancel_all(CancelReason.SHUTDOWN)
+    parent.coordinator.close()  # sessions waiting behind a job leave the line
     with anyio.move_on_after(2.0):
-        await host.sessions.wait_empty()
+        await parent.sessions.wait_empty()
     async with anyio.create_task_group() as tg:
 
         async def force() -> None:
@@ -159,5 +159,5 @@ async def _drain_on_shutdown(host: ParentState, pool: ModelPool, shutdown: Shutd
                 stopping.start_soon(supervisor.stop, False)
         tg.cancel_scope.cancel()
     # Open admin event streams would otherwise hold Hypercorn's shutdown for its graceful_timeout.
-    host.events.close()
+    parent.events.close()
     stop.set()
