@@ -11,6 +11,16 @@ import pytest
 from mlxhost.demo import make_model
 from mlxhost.testing import RunningHost, start_host
 
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`unit` for tests/unit (in-process: the fast loop, `pytest -m unit`), `e2e` for the rest, which
+    start real hosts, workers or jobs."""
+    for item in items:
+        folder = Path(item.path).relative_to(TESTS).parts[0]
+        item.add_marker(pytest.mark.unit if folder == "unit" else pytest.mark.e2e)
+
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
