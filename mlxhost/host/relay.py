@@ -110,6 +110,9 @@ class SessionResponse:
         self.idle_timeout = idle_timeout
         # The worker (and its pid) that may still hold this session's sequence.
         self._holder: tuple[Supervisor, int] | None = None
+        # The finish reason of a stream whose end (`[DONE]`, `response.completed`, `message_stop`)
+        # the client was sent: a client that hangs up after it (Codex does) got its whole answer.
+        self._finished: str | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         session = self.sessions.open(self.spec.id, self.stream, self.client_metadata)
@@ -123,7 +126,9 @@ class SessionResponse:
                     tg.start_soon(_watch_disconnect, receive, session)
                     outcome = await self._run(session, client)
                     tg.cancel_scope.cancel()
-            if outcome is None:
+            if outcome is None and self._finished is not None:
+                outcome = Outcome.completed(self._finished)
+            elif outcome is None:
                 reason = session.cancel_reason or CancelReason.DEADLINE
                 outcome = Outcome.cancelled(reason)
                 await client.goodbye(_cancelled_error(reason, self.request_timeout))
@@ -206,6 +211,8 @@ class SessionResponse:
                 if session.first_token_at is None and reader.text_seen:
                     session.first_token_at = time.monotonic()
                 await client.body(chunk)
+                if reader.done and reader.finish_reason is not None:
+                    self._finished = reader.finish_reason
         except UpstreamBroken:
             self._holder = None
             error = await _worker_failed(supervisor, pid)

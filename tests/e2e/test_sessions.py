@@ -107,3 +107,32 @@ def test_a_cancelled_session_closes_once_its_worker_dropped_the_sequence(tiny_mo
         assert seen["engine"]["active"] == 0 and seen["engine"]["waiting"] == 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "last"),
+    [
+        ("/v1/responses", {"input": "Hello", "max_output_tokens": 3}, b"event: response.completed"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3}, b"[DONE]"),
+    ],
+)
+def test_a_client_that_hangs_up_after_the_last_event_completed_its_session(
+    server: RunningHost, path: str, body: dict[str, Any], last: bytes
+) -> None:
+    """Codex closes the connection as soon as it reads `response.completed`: it got its whole answer,
+    and the operator should see a completed session, not a cancelled one (this raced)."""
+    import httpx
+
+    ids = []
+    for _ in range(5):
+        with httpx.Client(base_url=server.url or "", timeout=30) as http:
+            with http.stream("POST", path, json={"model": "tiny", "stream": True, **body}) as response:
+                ids.append(response.headers["x-mlxhost-session"])
+                seen = b""
+                for chunk in response.iter_raw():
+                    seen += chunk
+                    if last in seen:
+                        break  # and hang up at once
+    with server.http() as http:
+        recent = {s["id"]: s for s in http.get("/admin/sessions").json()["recent"]}
+    assert [recent[i]["outcome"]["kind"] for i in ids] == ["completed"] * 5, [recent[i]["outcome"] for i in ids]
