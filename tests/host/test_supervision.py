@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,12 +23,26 @@ LONG_CHAT = {"messages": [{"role": "user", "content": "Go on forever"}], "max_to
 SHORT_CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
 
+@pytest.fixture(scope="module")
+def shared(tiny_model: Path) -> Iterator[RunningHost]:
+    """One host for the tests that kill or drain its worker and then wait for the next one.
 
-@pytest.fixture
-def host(tiny_model: Path):  # type: ignore[no-untyped-def]
-    server = start_host("--model", str(tiny_model), "--crash-backoff", "0.2")
+    No crash-loop backoff (a kill finds the respawn at once, never a 503 to retry) and room for
+    every test's kill in the restart budget; liveness checks 5 times a second, and a shutdown that
+    waits for streams, for the drain test. Each test first waits for a ready worker.
+    """
+    server = start_host(
+        "--model", str(tiny_model), "--crash-backoff", "0", "--early-exit", "0", "--restart-limit", "20",
+        "--health-interval", "0.2", "--shutdown-grace", "120",
+    )  # fmt: skip
     yield server
     server.stop()
+
+
+@pytest.fixture
+def host(shared: RunningHost) -> RunningHost:
+    wait_until(lambda: shared.worker()["state"] == "ready", timeout=60)
+    return shared
 
 
 def test_the_parent_never_loads_mlx(host: RunningHost) -> None:
@@ -42,8 +57,10 @@ def test_the_parent_never_loads_mlx(host: RunningHost) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, mlxhost.cli, mlxhost.host.serve, mlxhost.host.app;"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))",
+            (
+                "import sys, mlxhost.cli, mlxhost.host.serve, mlxhost.host.app;"
+                "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))"
+            ),
         ],
         capture_output=True,
         text=True,
@@ -53,7 +70,8 @@ def test_the_parent_never_loads_mlx(host: RunningHost) -> None:
 
 
 def test_worker_killed_mid_stream(host: RunningHost) -> None:
-    old_pid = host.worker()["pid"]
+    before = host.worker()
+    old_pid = before["pid"]
     events: list[str] = []
     with host.http() as http, http.stream("POST", "/v1/chat/completions", json={**LONG_CHAT, "stream": True}) as response:
         lines = response.iter_lines()
@@ -69,7 +87,7 @@ def test_worker_killed_mid_stream(host: RunningHost) -> None:
     error = json.loads(events[-2][6:])["error"]
     assert error["code"] == "worker_exited" and "SIGKILL" in error["message"]
     worker = wait_until(lambda: (w := host.worker())["state"] == "ready" and w)
-    assert worker["pid"] != old_pid and worker["restarts"] == 1
+    assert worker["pid"] != old_pid and worker["restarts"] == before["restarts"] + 1
     assert worker["last_exit"]["signal"] == "SIGKILL"
     with host.http() as http:
         assert http.post("/v1/chat/completions", json=SHORT_CHAT).status_code == 200
@@ -143,18 +161,19 @@ def test_restarting_answers_503_with_retry_after(tiny_model: Path) -> None:
         server.stop()
 
 
-def test_a_request_sent_while_the_worker_respawns_waits_for_it(tiny_model: Path) -> None:
+def test_a_request_sent_while_the_worker_respawns_waits_for_it(host: RunningHost) -> None:
     # No standby: the respawn imports MLX afresh, seconds in which the worker is "restarting".
-    with start_host("--model", str(tiny_model), "--crash-backoff", "0", "--early-exit", "0") as server:
-        killed = server.worker()["pid"]
-        os.kill(killed, signal.SIGKILL)
-        wait_until(lambda: server.worker()["state"] == "restarting")
-        with server.http(timeout=120) as http:
-            response = http.post("/v1/chat/completions", json=SHORT_CHAT)
-        assert response.status_code == 200, response.text  # no 503 to retry: it waited
-        assert response.json()["usage"]["completion_tokens"] > 0
-        worker = server.worker()
-        assert worker["pid"] != killed and worker["state"] == "ready" and worker["restarts"] == 1
+    before = host.worker()
+    killed = before["pid"]
+    os.kill(killed, signal.SIGKILL)
+    wait_until(lambda: host.worker()["state"] == "restarting")
+    with host.http(timeout=120) as http:
+        response = http.post("/v1/chat/completions", json=SHORT_CHAT)
+    assert response.status_code == 200, response.text  # no 503 to retry: it waited
+    assert response.json()["usage"]["completion_tokens"] > 0
+    worker = host.worker()
+    assert worker["pid"] != killed and worker["state"] == "ready"
+    assert worker["restarts"] == before["restarts"] + 1
 
 
 def test_a_worker_that_exits_during_load_is_reported(tiny_model: Path) -> None:
@@ -177,35 +196,53 @@ def test_a_worker_that_exits_during_load_is_reported(tiny_model: Path) -> None:
         assert server.stop() == 0
 
 
-def test_a_worker_that_never_becomes_ready_times_out(tiny_model: Path) -> None:
+@pytest.fixture(scope="module")
+def never_ready(tiny_model: Path) -> Iterator[RunningHost]:
+    """A worker that never says it is ready: each try outlasts the restart window, and one respawn."""
     server = start_host(
-        "--model", str(tiny_model),
-        "--worker-command", f"{FAULTY} never-ready",
-        "--load-timeout", "1", "--restart-limit", "0",
-    )
-    try:
-        worker = wait_until(lambda: (w := server.worker())["state"] == "exhausted" and w)
-        assert worker["last_exit"]["reason"] == "did not become ready within 1s"
-        assert worker["last_exit"]["signal"] == "SIGKILL"
-    finally:
-        assert server.stop() == 0
+        "--model", str(tiny_model), "--worker-command", f"{FAULTY} never-ready",
+        "--load-timeout", "0.5", "--restart-window", "0.2", "--restart-limit", "1", "--crash-backoff", "0",
+    )  # fmt: skip
+    yield server
+    assert server.stop() == 0
+
+
+def test_a_worker_that_never_becomes_ready_times_out(never_ready: RunningHost) -> None:
+    worker = wait_until(lambda: (w := never_ready.worker())["state"] == "exhausted" and w)
+    assert worker["last_exit"]["reason"] == "did not become ready within 0.5s"
+    assert worker["last_exit"]["signal"] == "SIGKILL"
 
 
 def test_the_worker_refuses_another_protocol_version(tiny_model: Path, tmp_path: Path) -> None:
     record = {"version": 99, "worker_id": "w", "socket": str(tmp_path / "s"), "model_path": str(tiny_model), "model_id": "m", "options": {}}
-    for stdin, said in [
+    refusals = [
         (json.dumps(record) + "\n", "protocol version 99"),
         ("not json\n", "not JSON"),
         (json.dumps({**record, "version": 1, "socket": 5}) + "\n", "'socket' must be a non-empty string"),
-    ]:
-        worker = subprocess.run(
-            [sys.executable, "-m", "mlxhost.worker"], input=stdin, capture_output=True, text=True, timeout=30
+    ]
+    # Independent processes, each seconds of imports: started at once, and read one by one.
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "mlxhost.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        assert worker.returncode == 2
-        assert said in worker.stderr
-    # No record at all is a parent that went before it needed this process (a standby): not a refusal.
-    worker = subprocess.run([sys.executable, "-m", "mlxhost.worker"], input="", capture_output=True, text=True, timeout=30)
-    assert worker.returncode == 0 and "launch record" not in worker.stderr and "Traceback" not in worker.stderr
+        for _ in range(len(refusals) + 1)
+    ]
+    try:
+        for worker, (stdin, said) in zip(workers, refusals, strict=False):
+            _, stderr = worker.communicate(stdin, timeout=60)
+            assert worker.returncode == 2
+            assert said in stderr
+        # No record at all is a parent that went before it needed this process (a standby): not a refusal.
+        _, stderr = workers[-1].communicate("", timeout=60)
+        assert workers[-1].returncode == 0 and "launch record" not in stderr and "Traceback" not in stderr
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
     # The parent reports the worker's reason.
     server = start_host(
         "--model", str(tiny_model), "--worker-command", f"{FAULTY} version 99", "--restart-limit", "0"
@@ -313,22 +350,15 @@ def test_a_launch_mismatch_is_not_tried_again(tiny_model: Path, mode: str, said:
     assert "".join(server.log).count("spawned pid") == 1
 
 
-def test_a_load_that_keeps_timing_out_is_given_up(tiny_model: Path) -> None:
+def test_a_load_that_keeps_timing_out_is_given_up(never_ready: RunningHost) -> None:
     # Each try outlasts the restart window (as a 15-minute load outlasts a 60 s window), so the
     # window alone would never run out: failed starts in a row are counted too.
-    server = start_host(
-        "--model", str(tiny_model), "--worker-command", f"{FAULTY} never-ready",
-        "--load-timeout", "1", "--restart-window", "0.5", "--restart-limit", "1", "--crash-backoff", "0",
-    )
-    try:
-        worker = exhausted(server)
-        assert worker["last_exit"]["reason"] == "did not become ready within 1s"
-        assert worker["restarts"] == 1
-        with server.http() as http:
-            error = http.post("/v1/chat/completions", json=SHORT_CHAT).json()["error"]
-        assert error["code"] == "restart_limit_reached" and "failed to start 2 times in a row" in error["message"]
-    finally:
-        assert server.stop() == 0
+    worker = exhausted(never_ready)
+    assert worker["last_exit"]["reason"] == "did not become ready within 0.5s"
+    assert worker["restarts"] == 1
+    with never_ready.http() as http:
+        error = http.post("/v1/chat/completions", json=SHORT_CHAT).json()["error"]
+    assert error["code"] == "restart_limit_reached" and "failed to start 2 times in a row" in error["message"]
 
 
 def test_a_gone_worker_shows_no_pid_and_no_memory(tiny_model: Path) -> None:
@@ -381,18 +411,15 @@ def test_ctrl_c_lets_a_running_stream_finish(tiny_model: Path) -> None:
     assert "worker_exited" not in "".join(server.log)
 
 
-def test_a_worker_draining_on_its_own_is_not_taken_for_hung(tiny_model: Path) -> None:
-    server = start_host("--model", str(tiny_model), "--health-interval", "0.2", "--shutdown-grace", "120")
-    try:
-        pid = server.worker()["pid"]
-        body = {**LONG_CHAT, "max_tokens": 3000, "stream": True}
-        with server.http(timeout=120) as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
-            lines = response.iter_lines()
-            first_text(lines)
-            os.kill(pid, signal.SIGTERM)  # it drains: its /health says 503 "stopping"
-            frames = read_stream(lines)
-        assert_finished(frames)
-        worker = wait_until(lambda: (w := server.worker())["state"] == "ready" and w["pid"] != pid and w, timeout=60)
-        assert worker["last_exit"]["code"] == 0 and worker["last_exit"]["signal"] is None
-    finally:
-        assert server.stop() == 0
+def test_a_worker_draining_on_its_own_is_not_taken_for_hung(host: RunningHost) -> None:
+    # The shared host checks liveness every 0.2 s: the seconds this stream drains span many checks.
+    pid = host.worker()["pid"]
+    body = {**LONG_CHAT, "max_tokens": 3000, "stream": True}
+    with host.http(timeout=120) as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        first_text(lines)
+        os.kill(pid, signal.SIGTERM)  # it drains: its /health says 503 "stopping"
+        frames = read_stream(lines)
+    assert_finished(frames)
+    worker = wait_until(lambda: (w := host.worker())["state"] == "ready" and w["pid"] != pid and w, timeout=60)
+    assert worker["last_exit"]["code"] == 0 and worker["last_exit"]["signal"] is None
