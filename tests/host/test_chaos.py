@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from mlxhost.testing import RunningHost, start_host
+from mlxhost.testing import RunningHost, start_host, wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -157,7 +157,7 @@ def test_a_frozen_worker_is_replaced_and_its_clients_released(tiny_model: Path) 
         frozen = server.health()["workers"][0]["pid"]
         client = threading.Thread(target=stream_once, args=(server, tally, 4000))
         client.start()
-        time.sleep(0.3)
+        wait_until(lambda: server.health()["workers"][0]["in_flight"] == 1, timeout=30)
         os.kill(frozen, signal.SIGSTOP)
         stopped_at = time.monotonic()
         client.join(15)
@@ -208,27 +208,29 @@ def test_a_slow_reader_slows_only_itself(tiny_model: Path) -> None:
     try:
         body = {"messages": PROMPT, "max_tokens": 400, "temperature": 0, "stream": True}
         slow_lines: list[str] = []
+        fast_done = threading.Event()
 
         def slow() -> None:
             with server.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
                 for line in response.iter_lines():
                     slow_lines.append(line)
-                    time.sleep(0.01)
+                    if not fast_done.is_set():
+                        time.sleep(0.01)  # 100 lines a second: its 800-odd take 8 s
 
         reader = threading.Thread(target=slow)
         reader.start()
-        started = time.monotonic()
         fast = [threading.Thread(target=stream_once, args=(server, tally, 400)) for _ in range(4)]
         for thread in fast:
             thread.start()
         for thread in fast:
             thread.join(30)
-        fast_done = time.monotonic() - started
+        read_by_then = list(slow_lines)
+        fast_done.set()  # its pace showed what it had to: it reads the rest at once
         reader.join(60)
         assert tally.completed == 4 and not tally.failures and not tally.unanswered
         assert slow_lines[-2] == "data: [DONE]"
         # The fast clients finished well before the slow one had read its stream.
-        assert fast_done < time.monotonic() - started
+        assert "data: [DONE]" not in read_by_then, f"the slow reader had read all {len(read_by_then)} lines"
     finally:
         server.stop()
 
@@ -237,7 +239,9 @@ def test_sigterm_in_the_middle_of_it_all(tiny_model: Path) -> None:
     server = start_host("--model", str(tiny_model), "--shutdown-grace", "1")
     tally, stop = Tally(), threading.Event()
     threads = clients(server, tally, stop, max_tokens=3000)
-    time.sleep(1.0)
+    # Every client's stream under way, then a moment of their tokens.
+    wait_until(lambda: server.health()["workers"][0]["in_flight"] == 8, timeout=30)
+    time.sleep(0.3)
     pids = spawned_pids(server)
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(30) == 0
