@@ -7,6 +7,7 @@ and a worker whose parent goes away while it loads ends without a word on its re
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -30,6 +31,9 @@ LONG = {
     "temperature": 0,
     "stream": True,
 }
+# The stream read while hostile bodies arrive: about 3 s of tokens here, several times what
+# answering them takes (each test asserts the stream outlasted them).
+READ = {**LONG, "max_tokens": 2000}
 # 100,000 empty messages: 3.3 MB, under max_body_bytes. Before, the chat template rendered them
 # on the worker's event loop for about 4 s.
 EMPTY_MESSAGES = json.dumps({"messages": [{"role": "user", "content": ""}] * 100_000}).encode()
@@ -39,7 +43,7 @@ EMPTY_MESSAGES = json.dumps({"messages": [{"role": "user", "content": ""}] * 100
 class Reader:
     """A stream read in a thread, with the arrival time of each SSE frame."""
 
-    def __init__(self, server: RunningHost, body: dict[str, object] = LONG) -> None:
+    def __init__(self, server: RunningHost, body: dict[str, object] = READ) -> None:
         self.arrivals: list[float] = []
         self.frames: list[str] = []
         self._started = threading.Event()
@@ -61,7 +65,7 @@ class Reader:
         """The longest silence between two frames, over the frames around [start, end]."""
         times = self.arrivals
         assert times[-1] > end, "the stream ended before the window closed: nothing was measured"
-        pairs = zip(times, times[1:], strict=False)
+        pairs = itertools.pairwise(times)
         return max(b - a for a, b in pairs if b >= start and a <= end)
 
     def finish(self) -> list[str]:
@@ -122,8 +126,10 @@ def test_eight_such_bodies_and_a_long_prompt_restart_no_worker(watched: RunningH
         thread.start()
     for thread in threads:
         thread.join(120)
+    answered = time.monotonic()
     assert sorted(results) == [200] + [400] * 8
     frames = reader.finish()
+    assert reader.arrivals[-1] > answered, "the stream ended before the bodies were answered: it read nothing"
     assert frames[-1] == "data: [DONE]" and '"finish_reason":"length"' in frames[-2] + frames[-3]
     after = watched.worker()
     assert after["restarts"] == before["restarts"] and after["pid"] == before["pid"]
@@ -134,7 +140,7 @@ def test_a_wedged_generation_thread_says_so_on_health(tiny_model: Path) -> None:
     # No liveness checks here, so the stalled worker stays up to be looked at.
     server = start_host(
         "--model", str(tiny_model), "--worker-command", WEDGED, "--stall-timeout", "1",
-        "--health-interval", "0", "--shutdown-grace", "0.5", "--stop-timeout", "1",
+        "--health-interval", "0", "--shutdown-grace", "0.1", "--stop-timeout", "0.2",
     )
     try:
         assert server.worker_health()["status"] == "ok"
