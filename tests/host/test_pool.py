@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -74,27 +76,25 @@ def test_routing_by_name_alias_and_the_strict_policy(three_models: list[Path], t
     config.write_text(
         f'[[model]]\nid = "alpha"\npath = "{a}"\n\n[[model]]\nid = "beta"\npath = "{b}"\naliases = ["b", "second"]\n'
     )
-    lenient = start_host("--config", str(config))
-    try:
+    with ExitStack() as hosts, ThreadPoolExecutor(2) as starting:
+        # Two independent hosts, each seconds of start: started at once.
+        both = [starting.submit(start_host, "--config", str(config), *more) for more in ([], ["--strict-models"])]
+        for started in both:
+            hosts.callback(lambda f=started: f.exception() is None and f.result().stop())
+        lenient, strict = (started.result() for started in both)
         with lenient.http() as http:
             assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "second"}).json()["model"] == "beta"
             assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}).json()["model"] == "alpha"
             assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "nope"}).json()["model"] == "alpha"
             assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["alpha", "beta"]
-    finally:
-        lenient.stop()
-    strict = start_host("--config", str(config), "--strict-models")
-    try:
         with strict.http() as http:
             response = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "model": "nope"})
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "model_not_found"
-    finally:
-        strict.stop()
 
 
 def test_an_idle_model_is_unloaded_and_comes_back_on_demand(tiny_model: Path) -> None:
-    server = start_host("--model", str(tiny_model), "--idle-ttl", "1")
+    server = start_host("--model", str(tiny_model), "--idle-ttl", "0.5")
     try:
         wait_until(lambda: not server.health()["workers"], timeout=10)
         assert server.health()["status"] == "ok"  # it can still load on demand
@@ -103,7 +103,7 @@ def test_an_idle_model_is_unloaded_and_comes_back_on_demand(tiny_model: Path) ->
     finally:
         server.stop()
     log = "".join(server.log)
-    assert "unused for 1s" in log and log.count("spawned pid") == 2
+    assert "unused for 0.5s" in log and log.count("spawned pid") == 2
 
 
 def test_the_memory_budget_evicts_by_the_workers_readings(three_models: list[Path]) -> None:
