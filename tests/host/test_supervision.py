@@ -213,7 +213,18 @@ def test_a_worker_that_never_becomes_ready_times_out(never_ready: RunningHost) -
     assert worker["last_exit"]["signal"] == "SIGKILL"
 
 
-def test_the_worker_refuses_another_protocol_version(tiny_model: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def version_99(tiny_model: Path) -> Iterator[RunningHost]:
+    """The real worker handed a launch record of protocol version 99: it refuses it, and is not tried again."""
+    server = start_host("--model", str(tiny_model), "--worker-command", f"{FAULTY} version 99", "--crash-backoff", "0")
+    yield server
+    assert server.stop() == 0
+    assert "".join(server.log).count("spawned pid") == 1  # nor as it stopped
+
+
+def test_the_worker_refuses_another_protocol_version(
+    tiny_model: Path, tmp_path: Path, version_99: RunningHost
+) -> None:
     record = {"version": 99, "worker_id": "w", "socket": str(tmp_path / "s"), "model_path": str(tiny_model), "model_id": "m", "options": {}}
     refusals = [
         (json.dumps(record) + "\n", "protocol version 99"),
@@ -244,15 +255,9 @@ def test_the_worker_refuses_another_protocol_version(tiny_model: Path, tmp_path:
             worker.kill()
             worker.wait()
     # The parent reports the worker's reason.
-    server = start_host(
-        "--model", str(tiny_model), "--worker-command", f"{FAULTY} version 99", "--restart-limit", "0"
-    )
-    try:
-        worker_state = wait_until(lambda: (w := server.worker())["state"] == "exhausted" and w)
-        assert worker_state["last_exit"]["code"] == 2
-        assert "protocol version 99" in worker_state["last_exit"]["reason"]
-    finally:
-        server.stop()
+    worker_state = wait_until(lambda: (w := version_99.worker())["state"] == "exhausted" and w)
+    assert worker_state["last_exit"]["code"] == 2
+    assert "protocol version 99" in worker_state["last_exit"]["reason"]
 
 
 def test_killing_the_parent_leaves_no_worker_behind(tiny_model: Path, tmp_path: Path) -> None:
@@ -330,10 +335,15 @@ def test_a_worker_that_cannot_be_spawned_leaves_the_host_up(tiny_model: Path) ->
         ("version 99", "launch record protocol version 99"),  # the real worker, exit status 2
     ],
 )
-def test_a_launch_mismatch_is_not_tried_again(tiny_model: Path, mode: str, said: str) -> None:
-    server = start_host(
-        "--model", str(tiny_model), "--worker-command", f"{FAULTY} {mode}", "--crash-backoff", "0"
-    )
+def test_a_launch_mismatch_is_not_tried_again(
+    tiny_model: Path, mode: str, said: str, request: pytest.FixtureRequest
+) -> None:
+    if mode == "version 99":  # shared with the test above: its fixture stops it and counts its spawns
+        server: RunningHost = request.getfixturevalue("version_99")
+    else:
+        server = start_host(
+            "--model", str(tiny_model), "--worker-command", f"{FAULTY} {mode}", "--crash-backoff", "0"
+        )
     try:
         worker = exhausted(server)
         assert said in worker["last_exit"]["reason"]
@@ -346,8 +356,10 @@ def test_a_launch_mismatch_is_not_tried_again(tiny_model: Path, mode: str, said:
             error = http.post("/v1/chat/completions", json=SHORT_CHAT).json()["error"]
         assert error["code"] == "worker_cannot_start" and said in error["message"]
     finally:
-        assert server.stop() == 0
-    assert "".join(server.log).count("spawned pid") == 1
+        if mode != "version 99":
+            assert server.stop() == 0
+    if mode != "version 99":
+        assert "".join(server.log).count("spawned pid") == 1
 
 
 def test_a_load_that_keeps_timing_out_is_given_up(never_ready: RunningHost) -> None:
