@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -140,8 +142,9 @@ def test_a_wedged_generation_thread_says_so_on_health(tiny_model: Path) -> None:
     # No liveness checks here, so the stalled worker stays up to be looked at.
     server = start_host(
         "--model", str(tiny_model), "--worker-command", WEDGED, "--stall-timeout", "1",
-        "--health-interval", "0", "--shutdown-grace", "0.1", "--stop-timeout", "0.2",
+        "--health-interval", "0", "--shutdown-grace", "0.1", "--stop-timeout", "0.2", "--restart-limit", "0",
     )
+    wedged = server.worker()["pid"]
     try:
         assert server.worker_health()["status"] == "ok"
         threading.Thread(target=post_raw, args=(server, json.dumps(LONG).encode()), daemon=True).start()
@@ -151,6 +154,8 @@ def test_a_wedged_generation_thread_says_so_on_health(tiny_model: Path) -> None:
         health = answer.json()
         assert health["status"] == "stalled" and health["step_seconds"] >= 1
     finally:
+        # Its stream never ends, which would hold the host's stop for seconds: it goes first, for good.
+        os.kill(wedged, signal.SIGKILL)
         server.stop()
 
 
