@@ -135,7 +135,7 @@ async def _drain_on_shutdown(parent: ParentState, pool: ModelPool, shutdown: Shu
     await shutdown.requested.wait()
     grace = parent.settings.shutdown_grace
     logger.info(
-        "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
+        "%s: refusing new requests, letting running ones finish for up to %gs", shutdown.reason, grace
     )
     parent.accepting = False
     parent.events.publish(HostStopping(reason=shutdown.reason, grace_s=grace))

@@ -85,7 +85,7 @@ async def _drain_on_shutdown(
 ) -> None:
     await shutdown.requested.wait()
     logger.info(
-        "%s: refusing new requests, letting running ones finish for up to %.0fs", shutdown.reason, grace
+        "%s: refusing new requests, letting running ones finish for up to %gs", shutdown.reason, grace
     )
     service.accepting = False
     engine = service.engine
