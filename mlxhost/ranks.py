@@ -4,13 +4,13 @@ A [[model]] table with `ranks = N` (N > 1) is served by N processes started by M
 `mlx.launch`, which places them (on this machine, or over ssh from a hostfile) and wires up the
 collectives of the `backend` ("ring": TCP over Ethernet or Thunderbolt; "jaccl": RDMA over
 Thunderbolt 5). Rank 0 serves the worker socket and runs the engine; the others follow it
-(mlxhost/worker/group.py). The model is split by `sharding`: "tensor" (every layer across the
+(mlxhost/worker/engine/group.py). The model is split by `sharding`: "tensor" (every layer across the
 ranks) or "pipeline" (consecutive layers per rank, for the architectures mlx-lm pipelines).
 
 Every option is checked before anything starts, with an error that names it. Nothing here imports
 MLX: the hostfile is read here in mlx.launch's format (a list of hosts, or an object with "hosts",
 "backend" and "envs"), and whether the architecture splits the asked way is checked by a short
-worker-side process (`mlxhost.worker.sharding`).
+worker-side process (`mlxhost.worker.engine.sharding`).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def launch_command(group: GroupSpec, port: int, worker: list[str] | None = None)
 
 async def check_sharding(model_path: Path, group: GroupSpec) -> None:
     """InvalidGroup naming 'sharding' when the model's architecture cannot be split that way."""
-    command = python_module("mlxhost.worker.sharding", str(model_path), group.sharding)
+    command = python_module("mlxhost.worker.engine.sharding", str(model_path), group.sharding)
     done = await anyio.run_process(command, check=False)
     if done.returncode == 0:
         return

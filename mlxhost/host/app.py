@@ -17,19 +17,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mlxhost.config import ModelSpec, Settings
-from mlxhost.host.admin import admin_routes, host_state, standby_records
-from mlxhost.host.coordinator import ExecutionCoordinator
-from mlxhost.host.jobs.routes import job_routes
 from mlxhost.host.jobs.runner import JobRunner
-from mlxhost.host.metrics import CONTENT_TYPE, HostMetrics
-from mlxhost.host.pool import ModelPool, UnknownModel
-from mlxhost.host.relay import SessionResponse, forward, refusal
-from mlxhost.host.sessions import SessionRegistry
+from mlxhost.host.routes.admin import admin_routes, host_state, standby_records
+from mlxhost.host.routes.jobs import job_routes
+from mlxhost.host.routes.metrics import CONTENT_TYPE, HostMetrics
+from mlxhost.host.serving.coordinator import ExecutionCoordinator
+from mlxhost.host.serving.relay import SessionResponse, forward, refusal
+from mlxhost.host.serving.sessions import SessionRegistry
 from mlxhost.host.state import ParentState, parent_state
-from mlxhost.host.worker_status import WorkerState
+from mlxhost.host.workers.pool import ModelPool, UnknownModel
+from mlxhost.host.workers.status import WorkerState
 from mlxhost.runtime.body import read_body
-from mlxhost.runtime.guard import front_door, health_detail
 from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS
+from mlxhost.runtime.guard import front_door, health_detail
 from mlxhost.wire.admin.state import client_entries
 from mlxhost.wire.errors import NotFound, ServiceUnavailable
 from mlxhost.wire.inert import excerpt

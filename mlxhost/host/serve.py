@@ -18,12 +18,12 @@ from mlxhost.client.discovery import announce, withdraw
 from mlxhost.config import ConfigError, Settings, binds
 from mlxhost.errors import StartupError
 from mlxhost.host.app import create_host_app
-from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
 from mlxhost.host.jobs.runner import JobRunner
-from mlxhost.host.pool import ModelPool
-from mlxhost.host.sessions import CancelReason, SessionRegistry
+from mlxhost.host.serving.coordinator import ExecutionCoordinator
+from mlxhost.host.serving.sessions import CancelReason, SessionRegistry
 from mlxhost.host.state import ParentState
+from mlxhost.host.workers.pool import ModelPool
 from mlxhost.models import model_specs, resolve_model
 from mlxhost.ranks import InvalidGroup, check_sharding
 from mlxhost.runtime.guard import api_keys, warn_if_exposed

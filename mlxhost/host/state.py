@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 
 from mlxhost.config import ModelSpec, Settings
-from mlxhost.host.admission import Admission
-from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
-from mlxhost.host.metrics import HostMetrics
-from mlxhost.host.pool import ModelPool
-from mlxhost.host.sessions import SessionRegistry
+from mlxhost.host.serving.admission import Admission
+from mlxhost.host.serving.coordinator import ExecutionCoordinator
+from mlxhost.host.serving.sessions import SessionRegistry
+from mlxhost.host.workers.pool import ModelPool
 
 if TYPE_CHECKING:
+    # Types only: the routes stand on this state, and the runner is built after it.
     from mlxhost.host.jobs.runner import JobRunner
+    from mlxhost.host.routes.metrics import HostMetrics
 
 __all__ = ["ParentState", "parent_state"]
 

@@ -10,7 +10,7 @@
                              stdout or stderr, is the worker's log.
 
 The parent may write the record at once (a plain spawn), or keep the process as a warm standby and
-write it when a worker is needed (`mlxhost.host.standby`): the worker behaves the same either way.
+write it when a worker is needed (`mlxhost.host.workers.standby`): the worker behaves the same either way.
 
 The parent checks the ready line against the launch record (socket, protocol version) and kills
 a worker whose line does not match. Each session's last progress report says `done`: by then the

@@ -2,7 +2,7 @@
 
 See `mlxhost.wire.launch` for what goes over stdin and stdout. Everything a worker needs is
 imported before the launch record is read, then the standby line says so: a parent may keep such
-a process waiting (`mlxhost.host.standby`), and a crashed worker's successor then costs the model's
+a process waiting (`mlxhost.host.workers.standby`), and a crashed worker's successor then costs the model's
 load, not the seconds a fresh interpreter spends importing MLX, mlx-lm and transformers.
 """
 
@@ -41,8 +41,8 @@ from mlxhost.wire.launch import (
 from mlxhost.wire.layout import ADMIN_TOKEN_FILE
 
 if TYPE_CHECKING:
-    from mlxhost.worker.engine import Engine
-    from mlxhost.worker.generation import GenerationSession
+    from mlxhost.worker.engine.engine import Engine
+    from mlxhost.worker.engine.generation import GenerationSession
 
 MEMORY_INTERVAL = 1.0
 PROGRESS_INTERVAL = 0.25
@@ -96,7 +96,7 @@ def main() -> None:
     rank = int(os.environ.get("MLX_RANK", "0"))
     if record.sharding is not None and rank != 0:
         # A follower rank of a group: no socket, no reports; rank 0 speaks for the group.
-        from mlxhost.worker.engine import serve_follower
+        from mlxhost.worker.engine.engine import serve_follower
         from mlxhost.worker.serve import engine_options
 
         serve_follower(Path(record.model_path), engine_options(settings, sharding=record.sharding), lambda: None)
@@ -228,7 +228,7 @@ async def _watch_parent(gone: anyio.Event, shutdown: Shutdown) -> None:
 
 
 async def _report_memory(engine: object) -> None:
-    from mlxhost.worker.engine import Engine
+    from mlxhost.worker.engine.engine import Engine
 
     assert isinstance(engine, Engine)
     process = psutil.Process()

@@ -17,17 +17,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mlxhost.config import Settings
-from mlxhost.runtime.guard import api_keys, front_door, health_detail
 from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS, error_response
+from mlxhost.runtime.guard import api_keys, front_door, health_detail
 from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import NotFound
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
-from mlxhost.worker.engine import Engine, EngineStopped
-from mlxhost.worker.messages import count_tokens, messages
+from mlxhost.worker.api.chat import Serving, chat_completions, completions, serving, shutting_down
+from mlxhost.worker.api.messages import count_tokens, messages
+from mlxhost.worker.api.responses import responses
+from mlxhost.worker.engine.engine import Engine, EngineStopped
 from mlxhost.worker.pause import LEASE_PATH, Pauses, lease
-from mlxhost.worker.responses import responses
-from mlxhost.worker.routes import Serving, chat_completions, completions, serving, shutting_down
 
 __all__ = ["create_app"]
 

@@ -16,7 +16,7 @@ from mlxhost.runtime.ready import report_ready
 from mlxhost.runtime.shutdown import Shutdown
 from mlxhost.runtime.state_dir import prepare_state_dir
 from mlxhost.wire.layout import HOST_READY
-from mlxhost.worker.engine import Engine
+from mlxhost.worker.engine.engine import Engine
 from mlxhost.worker.serve import serve_model
 
 __all__ = ["serve_in_process"]

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mlxhost.wire.launch import PAUSE_LEASE_PATH
-from mlxhost.worker.engine import Engine
+from mlxhost.worker.engine.engine import Engine
 
 __all__ = ["HEARTBEAT", "LEASE_PATH", "LeaseResponse", "Pauses", "lease"]
 

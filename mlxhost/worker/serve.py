@@ -17,9 +17,9 @@ from mlxhost.config import Settings
 from mlxhost.runtime.listener import Listener, serve_in
 from mlxhost.runtime.shutdown import Shutdown
 from mlxhost.wire.layout import state_dir
+from mlxhost.worker.api.chat import Serving
 from mlxhost.worker.app import create_app
-from mlxhost.worker.engine import Engine, EngineOptions
-from mlxhost.worker.routes import Serving
+from mlxhost.worker.engine.engine import Engine, EngineOptions
 
 __all__ = ["engine_options", "serve_model"]
 

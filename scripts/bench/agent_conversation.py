@@ -82,13 +82,13 @@ TOOL_STEPS = (
     ),
     (
         "read_file",
-        {"path": "mlxhost/worker/prompt_cache.py"},
+        {"path": "mlxhost/worker/cache/memory.py"},
         '1 | """The prompt cache."""\n2 | \n3 | from __future__ import annotations',
     ),
     ("run_shell", {"command": "pytest -q tests/unit"}, "exit 1\n1 failed, 212 passed in 9.81s"),
     (
         "edit_file",
-        {"path": "mlxhost/worker/prompt_cache.py", "old": "len(rest)", "new": "len(rest) - 1"},
+        {"path": "mlxhost/worker/cache/memory.py", "old": "len(rest)", "new": "len(rest) - 1"},
         "edited: 1 replacement",
     ),
     (

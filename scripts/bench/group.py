@@ -6,7 +6,7 @@ taking turns: throughput and time to first token at 1 and 8 streams.
 
 On one machine the group cannot win: both ranks compute on the same cores, and every step adds
 the collectives of a split model (two per layer) and the group's own message to its follower
-(mlxhost/worker/group.py). What the run measures is that overhead, reported per decode step:
+(mlxhost/worker/engine/group.py). What the run measures is that overhead, reported per decode step:
 at one stream a step makes one token, so the gap between the two paths' time per token is the
 group's cost per step. Across machines the split is what lets a model that does not fit one of
 them be served at all.

@@ -67,7 +67,7 @@ IMPORT_RUNS = 3
 # What a worker imports before it loads a model, timed in a fresh interpreter (a subprocess: the
 # bench itself never imports the worker).
 WORKER_IMPORTS = (
-    "import mlxhost.worker.__main__, mlxhost.worker.engine, mlxhost.worker.serve, "
+    "import mlxhost.worker.__main__, mlxhost.worker.engine.engine, mlxhost.worker.serve, "
     "mlxhost.worker.app"
 )
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from mlxhost.testing import RunningHost, start_host
-from mlxhost.worker.answer import FRAMES_PER_SECOND
+from mlxhost.worker.api.answer import FRAMES_PER_SECOND
 
 HELLO = [{"role": "user", "content": "Tell me about café culture in 日本 🙂"}]
 

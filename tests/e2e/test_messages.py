@@ -21,11 +21,11 @@ from mlxhost.testing import RunningHost
 from mlxhost.wire.anthropic import CountTokensRequest
 from mlxhost.wire.chunks import Delta, ToolCall
 from mlxhost.wire.parsing import parse_body
-from mlxhost.worker.answer import Answer, shutting_down
-from mlxhost.worker.conversation import ToolChoice
-from mlxhost.worker.messages import messages_conversation
-from mlxhost.worker.messages_writer import MessagesWriter
-from mlxhost.worker.output import Output
+from mlxhost.worker.api.answer import Answer, shutting_down
+from mlxhost.worker.api.conversation import ToolChoice
+from mlxhost.worker.api.messages import messages_conversation
+from mlxhost.worker.api.messages_writer import MessagesWriter
+from mlxhost.worker.engine.output import Output
 
 HELLO: list[Any] = [{"role": "user", "content": "Tell me about café culture in 日本 🙂"}]
 WEATHER: Any = {

@@ -134,7 +134,7 @@ def test_namespaces_whose_entries_are_gone_are_forgotten() -> None:
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
 
-    from mlxhost.worker.prompt_cache import PromptCache
+    from mlxhost.worker.cache.memory import PromptCache
 
     def kv_cache(tokens: int) -> list[KVCache]:
         cache = KVCache()

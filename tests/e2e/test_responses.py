@@ -25,9 +25,9 @@ from pydantic import BaseModel, Field
 from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.chunks import Delta, ToolCall
 from mlxhost.wire.errors import ServiceUnavailable
-from mlxhost.worker.answer import Answer
-from mlxhost.worker.output import Output
-from mlxhost.worker.responses import ResponseStore, ResponsesWriter
+from mlxhost.worker.api.answer import Answer
+from mlxhost.worker.api.responses import ResponseStore, ResponsesWriter
+from mlxhost.worker.engine.output import Output
 
 RUNS = 20
 T = TypeVar("T")

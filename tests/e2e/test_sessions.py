@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from mlxhost.config import ModelSpec, Settings
-from mlxhost.host.pool import ModelPool, UnknownModel
-from mlxhost.host.sessions import RECENT_KEPT, Outcome, SessionRegistry
+from mlxhost.host.serving.sessions import RECENT_KEPT, Outcome, SessionRegistry
+from mlxhost.host.workers.pool import ModelPool, UnknownModel
 from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.inert import EXCERPT_CHARS, MESSAGE_CHARS
 

@@ -1,7 +1,7 @@
 """A model served by a group of two MLX ranks (mlx.launch, ring backend, loopback) as users see it.
 
-Rank 0 serves and batches, rank 1 follows every step (mlxhost/worker/group.py); the host supervises
-them as one worker (mlxhost/host/worker_process.py). Greedy answers must be the single worker's.
+Rank 0 serves and batches, rank 1 follows every step (mlxhost/worker/engine/group.py); the host supervises
+them as one worker (mlxhost/host/workers/process.py). Greedy answers must be the single worker's.
 """
 
 from __future__ import annotations

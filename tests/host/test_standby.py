@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from mlxhost.config import Settings
-from mlxhost.host.standby import StandbyPool
+from mlxhost.host.workers.standby import StandbyPool
 from mlxhost.wire.launch import WORKER_READY, LaunchRecord, ReadyLine, WorkerOptions, parse_line
 
 pytestmark = pytest.mark.anyio

@@ -22,8 +22,8 @@ import pytest
 
 from mlxhost.config import ModelSpec, Settings
 from mlxhost.host.events import EventHub
-from mlxhost.host.supervisor import Supervisor
-from mlxhost.host.worker_status import WorkerState
+from mlxhost.host.workers.status import WorkerState
+from mlxhost.host.workers.supervisor import Supervisor
 from mlxhost.wire.launch import MemoryReading
 
 LONG = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 1500, "temperature": 0}

@@ -12,15 +12,15 @@ import anyio
 import pytest
 
 from mlxhost.config import ModelSpec, Settings
-from mlxhost.host.admin import host_state
-from mlxhost.host.admission import Admission
-from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
-from mlxhost.host.pool import ModelPool
-from mlxhost.host.relay import refusal
-from mlxhost.host.sessions import CancelReason, SessionRegistry
-from mlxhost.host.supervisor import Supervisor
-from mlxhost.host.worker_status import WorkerState
+from mlxhost.host.routes.admin import host_state
+from mlxhost.host.serving.admission import Admission
+from mlxhost.host.serving.coordinator import ExecutionCoordinator
+from mlxhost.host.serving.relay import refusal
+from mlxhost.host.serving.sessions import CancelReason, SessionRegistry
+from mlxhost.host.workers.pool import ModelPool
+from mlxhost.host.workers.status import WorkerState
+from mlxhost.host.workers.supervisor import Supervisor
 from mlxhost.wire.admin import (
     EVENT_TYPES,
     AdminEvent,

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from mlxhost.host.admission import Admission, QueueFull
+from mlxhost.host.serving.admission import Admission, QueueFull
 from mlxhost.wire.admin import AdmissionRecord
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from mlxhost.host.coordinator import CoordinatorClosed, ExecutionCoordinator
+from mlxhost.host.serving.coordinator import CoordinatorClosed, ExecutionCoordinator
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mlxhost.wire.chunks import Delta
-from mlxhost.worker.engine import Engine, EngineOptions
-from mlxhost.worker.generation import GenerationRequest, SamplingParams, ThinkingBudget
+from mlxhost.worker.engine.engine import Engine, EngineOptions
+from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, ThinkingBudget
 
 
 @pytest.fixture

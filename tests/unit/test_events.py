@@ -14,8 +14,8 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from mlxhost.host.admin import admin_routes
 from mlxhost.host.events import EventHub
+from mlxhost.host.routes.admin import admin_routes
 from mlxhost.wire.admin import HostStopping, Outcome, SessionClosed, SessionOpened, UnknownEvent
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 

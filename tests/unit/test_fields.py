@@ -24,8 +24,8 @@ from mlxhost.wire.fields import Skipped, known_field, known_type
 from mlxhost.wire.openai import ChatCompletionRequest
 from mlxhost.wire.parsing import SKIP_PASSES, parse_body
 from mlxhost.wire.responses import ResponsesRequest
-from mlxhost.worker.messages import messages_conversation
-from mlxhost.worker.responses import _refuse_unsupported, responses_conversation
+from mlxhost.worker.api.messages import messages_conversation
+from mlxhost.worker.api.responses import _refuse_unsupported, responses_conversation
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

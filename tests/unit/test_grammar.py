@@ -24,9 +24,9 @@ from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.tool_parsers.json_tools import parse_tool_call
 
-from mlxhost.worker.engine import Engine, EngineOptions
-from mlxhost.worker.generation import GenerationRequest, SamplingParams
-from mlxhost.worker.grammar import Grammar, GrammarError, Grammars, GrammarSpec, ToolSpec
+from mlxhost.worker.engine.engine import Engine, EngineOptions
+from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams
+from mlxhost.worker.engine.grammar import Grammar, GrammarError, Grammars, GrammarSpec, ToolSpec
 
 Processor = Callable[[mx.array, mx.array], mx.array]
 

@@ -7,6 +7,8 @@
   import neither, so the parent never loads MLX.
 - The console, the clients and the shared runtime never import the parent either.
 - `mlxhost.cli` is the one dispatcher allowed to reach the worker: `serve --in-process` runs it.
+- The parent and the worker are each built in floors (`FLOORS`): a module imports from its own
+  floor and the floors below it, never from one above.
 """
 
 from __future__ import annotations
@@ -187,3 +189,78 @@ def test_no_module_imports_itself_round_a_circle() -> None:
     graph = {name: {m for m in _module_level_imports(path) if m in paths} for name, path in paths.items()}
     assert [c for c in _circles(graph) if c not in TYPE_ONLY_CIRCLES] == []
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]  # it can fail
+
+
+# Each package's floors, lowest first. A module is on the floor of the longest prefix it matches.
+FLOORS = {
+    "mlxhost.host": [
+        ["mlxhost.host.events"],
+        ["mlxhost.host.workers"],
+        ["mlxhost.host.serving"],
+        ["mlxhost.host.jobs"],
+        ["mlxhost.host.state"],
+        ["mlxhost.host.routes"],
+        ["mlxhost.host.app", "mlxhost.host.serve"],
+    ],
+    "mlxhost.worker": [
+        ["mlxhost.worker.cache"],
+        ["mlxhost.worker.engine"],
+        ["mlxhost.worker.api"],
+        ["mlxhost.worker.pause", "mlxhost.worker.app", "mlxhost.worker.serve"],
+        ["mlxhost.worker.in_process", "mlxhost.worker.__main__"],
+    ],
+}
+
+
+def _floor(module: str, floors: list[list[str]]) -> int | None:
+    found = [(len(root), level) for level, roots in enumerate(floors) for root in roots if _within(module, root)]
+    return max(found)[1] if found else None
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """What a module imports when it runs: `if TYPE_CHECKING:` blocks are for the checker only."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = [ast.Pass()]
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _reaching_up(modules: dict[str, set[str]], floors: list[list[str]]) -> list[str]:
+    """Each module (name: what it imports) that is on no floor or imports from a floor above."""
+    found = []
+    for name, imports in sorted(modules.items()):
+        own = _floor(name, floors)
+        if own is None:
+            found.append(f"{name} is on no floor")
+            continue
+        found.extend(
+            f"{name} imports {module}, a floor above it"
+            for module in sorted(imports)
+            if (_floor(module, floors) or 0) > own
+        )
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_each_floor_stands_only_on_the_floors_below(package: str) -> None:
+    paths = [p for p in _sources(package.replace(".", "/")) if _module_name(p) != package]
+    assert _reaching_up({_module_name(p): _runtime_imports(p) for p in paths}, FLOORS[package]) == []
+
+
+def test_the_floor_rule_sees_a_module_reaching_up() -> None:
+    floors = [["pkg.low"], ["pkg.high"], ["pkg.high.top"]]
+    modules = {"pkg.low.a": {"pkg.high.b"}, "pkg.high.b": {"pkg.low.a"}, "pkg.high.top.c": set(), "pkg.d": set()}
+    assert _reaching_up(modules, floors) == ["pkg.d is on no floor", "pkg.low.a imports pkg.high.b, a floor above it"]

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from mlxhost.config import ModelSpec, Settings, settings_from_options
-from mlxhost.host.launch import MAX_LINE, launch_record, lines, refusal, worker_command
+from mlxhost.host.workers.launch import MAX_LINE, launch_record, lines, refusal, worker_command
 from mlxhost.wire.launch import (
     PROTOCOL_VERSION,
     WORKER_EVENT,

@@ -8,7 +8,7 @@ import anyio
 import httpx
 import pytest
 
-from mlxhost.host.liveness import Unreachable, wait_hung, why_hung
+from mlxhost.host.workers.liveness import Unreachable, wait_hung, why_hung
 
 
 @pytest.mark.parametrize(

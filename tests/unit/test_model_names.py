@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from mlxhost.config import ConfigError, ModelSpec, Settings, load_settings
-from mlxhost.host.pool import ModelPool, UnknownModel
+from mlxhost.host.workers.pool import ModelPool, UnknownModel
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-haiku-4-5-20251001"

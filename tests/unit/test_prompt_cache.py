@@ -12,9 +12,9 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxhost.testing import wait_until
-from mlxhost.worker.prompt_cache import PromptCache
-from mlxhost.worker.prompt_files import cache_signature
-from mlxhost.worker.prompt_store import PromptStore
+from mlxhost.worker.cache.disk import PromptStore
+from mlxhost.worker.cache.files import cache_signature
+from mlxhost.worker.cache.memory import PromptCache
 
 
 @pytest.fixture(scope="module")

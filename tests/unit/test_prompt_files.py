@@ -10,7 +10,7 @@ import mlx.core as mx
 import mlx_lm
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxhost.worker.prompt_files import (
+from mlxhost.worker.cache.files import (
     cache_signature,
     keep_signature,
     kept_signature,

@@ -15,8 +15,9 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxhost.testing import wait_until
-from mlxhost.worker import prompt_store
-from mlxhost.worker.prompt_files import (
+from mlxhost.worker.cache import disk as prompt_store
+from mlxhost.worker.cache.disk import PromptStore
+from mlxhost.worker.cache.files import (
     NonFinite,
     Signature,
     cache_signature,
@@ -24,7 +25,6 @@ from mlxhost.worker.prompt_files import (
     model_fingerprint,
     namespace_digest,
 )
-from mlxhost.worker.prompt_store import PromptStore
 from tests.filesystems import fill, small_tmpfs
 
 SHARED = namespace_digest(("", ""))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from mlxhost.config import Settings
-from mlxhost.host.restart_budget import GiveUp, Respawn, RestartBudget
-from mlxhost.host.worker_process import exit_of
-from mlxhost.host.worker_status import WorkerExit
+from mlxhost.host.workers.process import exit_of
+from mlxhost.host.workers.restart_budget import GiveUp, Respawn, RestartBudget
+from mlxhost.host.workers.status import WorkerExit
 from mlxhost.wire.launch import EXIT_BAD_LAUNCH
 
 

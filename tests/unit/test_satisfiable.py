@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mlxhost.worker.satisfiable import why_unsatisfiable
+from mlxhost.worker.engine.satisfiable import why_unsatisfiable
 
 UNSATISFIABLE: list[tuple[str, Any, str]] = [
     ("itself", {"$ref": "#"}, "#"),

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from mlxhost.worker.textstream import TextStream
+from mlxhost.worker.engine.textstream import TextStream
 
 
 class Detokenizer:

@@ -13,7 +13,7 @@ import anyio.abc
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from mlxhost.host.upstream import UpstreamBroken, UpstreamConnectError, WorkerClient
+from mlxhost.host.workers.upstream import UpstreamBroken, UpstreamConnectError, WorkerClient
 from mlxhost.runtime.listener import Listener, serve_in
 
 

@@ -43,7 +43,6 @@ import anyio
 import anyio.abc
 
 from mlxhost.config import ModelSpec, Settings
-from mlxhost.host.coordinator import ExecutionCoordinator
 from mlxhost.host.events import EventHub
 from mlxhost.host.jobs.folder import JobFolder, fold_progress
 from mlxhost.host.jobs.models import job_model
@@ -51,8 +50,9 @@ from mlxhost.host.jobs.process import JobProcess, process_alive
 from mlxhost.host.jobs.requests import resolve
 from mlxhost.host.jobs.store import JobStore, StoreFailed, now_ms
 from mlxhost.host.jobs.tail import TailSlots, tail
-from mlxhost.host.pool import ModelPool, UnknownModel
-from mlxhost.host.worker_status import WorkerUnavailable
+from mlxhost.host.serving.coordinator import ExecutionCoordinator
+from mlxhost.host.workers.pool import ModelPool, UnknownModel
+from mlxhost.host.workers.status import WorkerUnavailable
 from mlxhost.wire.admin import ExecutionChanged, JobFinished, JobProgressed, JobQueued, JobStarted
 from mlxhost.wire.admin.job_requests import JobRequest
 from mlxhost.wire.admin.jobs import (

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from mlxhost.worker.__main__ import main
-from mlxhost.worker.batching import Batching
+from mlxhost.worker.engine.batching import Batching
 
 
 def wedged_step(self: Batching, generator: Any) -> None:

@@ -1,0 +1,164 @@
+"""The model's tokenizer, one copy per thread that uses it, and the prompt limits it tells.
+
+The event loop never waits on a tokenizer: chat templates are rendered and prompts encoded in one
+tokenizer thread of their own, and the generation thread decodes with a private copy of the
+tokenizer, so the two never share one (fast tokenizers raise "Already borrowed" when two threads
+use one at once) and no lock is ever taken on the event loop.
+
+The routes refuse an oversized prompt before encoding it, by the model's context length and the
+most characters one token stands for; both are read here, once, at load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from mlxhost.worker.engine.output import Markers
+
+__all__ = ["ChatPrompt", "Tokenizer", "context_length", "longest_token"]
+
+logger = logging.getLogger("mlxhost.engine")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    ids: list[int]
+    thinking: bool  # the prompt leaves the model inside a think block (its template opened one)
+
+
+class Tokenizer:
+    """The tokenizer `mlx_lm.load` returned: encoding off the event loop, and a private decoder."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._encoder = tokenizer  # the tokenizer thread's: chat templates and encoding
+        # Only when the tokenizer cannot be copied do the two threads share it, under this lock.
+        self.lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+        self.decoder = self._private_decoder()  # the generation thread's: detokenizing and logprobs
+        self.vocab_size = len(tokenizer)
+        # The most characters one token stands for: a prompt of n characters is at least
+        # n / max_token_chars tokens, which rejects an oversized prompt before encoding it.
+        self.max_token_chars = longest_token(tokenizer)
+        # What the model writes around its reasoning and its tool calls, and how a call's body
+        # reads (mlx-lm picks both from the chat template and vocabulary at load).
+        self.has_thinking = bool(getattr(tokenizer, "has_thinking", False))
+        self.has_tool_calling = bool(getattr(tokenizer, "has_tool_calling", False))
+        self.tool_parser: Callable[[str, Any], Any] | None = getattr(tokenizer, "tool_parser", None)
+        self.markers = Markers(
+            getattr(tokenizer, "think_start", None) if self.has_thinking else None,
+            getattr(tokenizer, "think_end", None) if self.has_thinking else None,
+            getattr(tokenizer, "tool_call_start", None) if self.has_tool_calling else None,
+            getattr(tokenizer, "tool_call_end", None) if self.has_tool_calling else None,
+        )
+        # The think block's markers as token ids, when each is one token: what a thinking budget
+        # needs to see the block open and to close it.
+        self.think_ids = _think_ids(tokenizer) if self.has_thinking else None
+        # Calls written as a JSON object {"name", "arguments"} between tags (Hermes, Qwen): the
+        # form a grammar can force when a request requires a call.
+        self.json_tool_calls = getattr(self.tool_parser, "__module__", "").endswith(".json_tools")
+        # One encode at a time, off the event loop (see _run). Made in the generation thread,
+        # which loads the model: anyio binds the limiter to the event loop at its first use.
+        self._limiter = anyio.CapacityLimiter(1)
+
+    def warm(self) -> None:
+        """Compile the chat template now, while the model loads: the first request (the one that
+        waited through a crash, say) would otherwise pay for it, 20-30 ms of a small template."""
+        with contextlib.suppress(Exception), self.lock:  # a template that wants more than this
+            self._encoder.apply_chat_template([{"role": "user", "content": "."}], add_generation_prompt=True)
+
+    async def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        def encode() -> list[int]:
+            with self.lock:
+                ids = self._encoder.apply_chat_template(list(messages), add_generation_prompt=True)
+            return list(ids)
+
+        return await self._run(encode)
+
+    async def render_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        template_args: Mapping[str, Any] | None = None,
+    ) -> ChatPrompt:
+        """The generation prompt of a conversation, with tools and template switches (thinking).
+
+        Raises the template's own error (jinja2's TemplateError) when it refuses the conversation.
+        """
+        encoder = self._encoder
+
+        def render() -> ChatPrompt:
+            with self.lock:
+                ids = list(
+                    encoder.apply_chat_template(
+                        [dict(m) for m in messages],
+                        tools=[dict(t) for t in tools] if tools else None,
+                        add_generation_prompt=True,
+                        **(template_args or {}),
+                    )
+                )
+            thinking = False
+            if getattr(encoder, "has_thinking", False):
+                # Searching the ids from the end finds the last marker in a few steps.
+                start, end = encoder.rfind_think_start(ids), encoder.rfind_think_end(ids)
+                thinking = start > end
+            return ChatPrompt(ids, thinking)
+
+        return await self._run(render)
+
+    async def encode(self, text: str) -> list[int]:
+        def encode() -> list[int]:
+            with self.lock:
+                return list(self._encoder.encode(text))
+
+        return await self._run(encode)
+
+    async def _run(self, encode: Callable[[], T]) -> T:
+        # Always in the tokenizer thread, however short the prompt: how long a template takes
+        # to render depends on more than its characters (100,000 empty messages took seconds),
+        # and the hop costs well under a millisecond. One at a time: the tokenizer is not safe
+        # to share between threads, and a long encode must not hold a thread per request.
+        return await anyio.to_thread.run_sync(encode, limiter=self._limiter)
+
+    def _private_decoder(self) -> Any:
+        try:
+            return copy.deepcopy(self._encoder)
+        except Exception as exc:  # a tokenizer class that cannot be copied: share it, locked
+            logger.warning("the tokenizer cannot be copied (%s); sharing it under a lock", exc)
+            self.lock = threading.Lock()
+            return self._encoder
+
+
+def longest_token(tokenizer: Any) -> int | None:
+    # Each vocabulary entry is written as the characters (byte-level BPE: the bytes) it matches,
+    # so no token covers more characters of a prompt than the longest entry has.
+    try:
+        return max(map(len, tokenizer.get_vocab()), default=0) or None
+    except Exception:  # a tokenizer without a readable vocabulary: no bound, encode to know
+        return None
+
+
+def context_length(model: Any) -> int | None:
+    args = getattr(model, "args", None)
+    for name in ("max_position_embeddings", "context_length", "max_seq_len"):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _think_ids(tokenizer: Any) -> tuple[int, int] | None:
+    try:
+        start, end = tokenizer.think_start_id, tokenizer.think_end_id
+    except (AttributeError, ValueError, KeyError):
+        return None
+    return (start, end) if isinstance(start, int) and isinstance(end, int) else None
