@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from mlxhost.config import ConfigError, Settings, load_settings
+from mlxhost.config import ConfigError, Settings
+from mlxhost.config_sources import load_settings
 
 __all__ = ["main"]
 

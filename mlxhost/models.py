@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.errors import ModelNotFound
+from mlxhost.model_spec import ModelSpec
 
 __all__ = ["DEMO_MODEL_ID", "model_specs", "resolve_model"]
 

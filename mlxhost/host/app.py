@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.jobs.runner import JobRunner
 from mlxhost.host.routes.admin import admin_routes, host_state, standby_records
 from mlxhost.host.routes.jobs import job_routes
@@ -27,6 +27,7 @@ from mlxhost.host.serving.sessions import SessionRegistry
 from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.workers.pool import ModelPool, UnknownModel
 from mlxhost.host.workers.status import WorkerState
+from mlxhost.model_spec import ModelSpec
 from mlxhost.runtime.body import read_body
 from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS
 from mlxhost.runtime.guard import front_door, health_detail

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.serving.admission import Admission
 from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.serving.sessions import SessionRegistry
 from mlxhost.host.workers.pool import ModelPool
+from mlxhost.model_spec import ModelSpec
 
 if TYPE_CHECKING:
     # Types only: the routes stand on this state, and the runner is built after it.

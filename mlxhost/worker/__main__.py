@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import anyio
 import psutil
 
-from mlxhost.config import ConfigError, Settings, settings_from_options
+from mlxhost.config import ConfigError, Settings
+from mlxhost.config_sources import settings_from_options
 from mlxhost.runtime import eventloop
 from mlxhost.runtime.shutdown import Shutdown, exit_now
 from mlxhost.wire.launch import (

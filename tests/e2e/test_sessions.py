@@ -14,9 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.serving.sessions import RECENT_KEPT, Outcome, SessionRegistry
 from mlxhost.host.workers.pool import ModelPool, UnknownModel
+from mlxhost.model_spec import ModelSpec
 from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.inert import EXCERPT_CHARS, MESSAGE_CHARS
 

@@ -20,10 +20,11 @@ import anyio
 import httpx
 import pytest
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.workers.status import WorkerState
 from mlxhost.host.workers.supervisor import Supervisor
+from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.launch import MemoryReading
 
 LONG = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 1500, "temperature": 0}

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.routes.admin import host_state
 from mlxhost.host.serving.admission import Admission
@@ -21,6 +21,7 @@ from mlxhost.host.serving.sessions import CancelReason, SessionRegistry
 from mlxhost.host.workers.pool import ModelPool
 from mlxhost.host.workers.status import WorkerState
 from mlxhost.host.workers.supervisor import Supervisor
+from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin import (
     EVENT_TYPES,
     AdminEvent,

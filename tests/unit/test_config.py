@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxhost.config import ConfigError, Settings, load_settings
+from mlxhost.config import ConfigError, Settings
+from mlxhost.config_sources import load_settings
 
 
 def test_defaults_are_safe() -> None:

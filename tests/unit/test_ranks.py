@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxhost.config import ConfigError, load_settings
+from mlxhost.config import ConfigError
+from mlxhost.config_sources import load_settings
 from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec, launch_command
 
 

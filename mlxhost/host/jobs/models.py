@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlxhost.config import ModelSpec
+from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin.jobs import JobKind, JobRecord
 
 __all__ = ["JobModel", "job_model"]

@@ -42,7 +42,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.jobs.folder import JobFolder, fold_progress
 from mlxhost.host.jobs.models import job_model
@@ -53,6 +53,7 @@ from mlxhost.host.jobs.tail import TailSlots, tail
 from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.workers.pool import ModelPool, UnknownModel
 from mlxhost.host.workers.status import WorkerUnavailable
+from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin import ExecutionChanged, JobFinished, JobProgressed, JobQueued, JobStarted
 from mlxhost.wire.admin.job_requests import JobRequest
 from mlxhost.wire.admin.jobs import (

@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mlxhost.config import ModelSpec
 from mlxhost.host.events import Published
 from mlxhost.host.serving.sessions import CancelReason
 from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.workers.pool import ModelPool
+from mlxhost.model_spec import ModelSpec
 from mlxhost.runtime.sse import End, EventStream, Frames
 from mlxhost.wire.admin import (
     HostRecord,

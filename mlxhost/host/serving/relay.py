@@ -28,7 +28,6 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from mlxhost.config import ModelSpec
 from mlxhost.host.events import EventHub
 from mlxhost.host.serving.admission import Admission, QueueFull
 from mlxhost.host.serving.coordinator import CoordinatorClosed, ExecutionCoordinator
@@ -37,6 +36,7 @@ from mlxhost.host.workers.pool import ModelPool
 from mlxhost.host.workers.status import WorkerUnavailable
 from mlxhost.host.workers.supervisor import Supervisor
 from mlxhost.host.workers.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
+from mlxhost.model_spec import ModelSpec
 from mlxhost.runtime.error_responses import error_response
 from mlxhost.wire.admin import AdmissionRejected
 from mlxhost.wire.dialect import Dialect, sse_error

@@ -14,7 +14,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
+from mlxhost.model_spec import ModelSpec
 from mlxhost.runtime.children import python_module
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import PROTOCOL_VERSION, WORKER_OPTIONS, LaunchRecord, ReadyLine, WorkerOptions

@@ -35,11 +35,12 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.workers.standby import StandbyPool
 from mlxhost.host.workers.status import WorkerState, WorkerUnavailable
 from mlxhost.host.workers.supervisor import Supervisor
+from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin import ModelEvicted, ModelRecord
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import SessionProgress

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 import psutil
 
-from mlxhost.config import ModelSpec
 from mlxhost.host.workers.status import WorkerExit, WorkerState
+from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin import RankRecord, WorkerRecord
 from mlxhost.wire.launch import MemoryReading
 

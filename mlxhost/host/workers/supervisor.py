@@ -33,7 +33,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mlxhost.config import ModelSpec, Settings
+from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.workers.launch import launch_record
 from mlxhost.host.workers.pause_lease import pause_lease
@@ -43,6 +43,7 @@ from mlxhost.host.workers.snapshot import rank_records, worker_record
 from mlxhost.host.workers.standby import StandbyPool
 from mlxhost.host.workers.status import WorkerExit, WorkerState, WorkerUnavailable
 from mlxhost.host.workers.upstream import WorkerClient
+from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin import (
     WorkerExhausted,
     WorkerExited,
