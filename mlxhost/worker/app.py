@@ -23,9 +23,11 @@ from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import NotFound
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
-from mlxhost.worker.api.chat import Serving, chat_completions, completions, serving, shutting_down
+from mlxhost.worker.api.chat import chat_completions
+from mlxhost.worker.api.completions import completions
 from mlxhost.worker.api.messages import count_tokens, messages
 from mlxhost.worker.api.responses import responses
+from mlxhost.worker.api.serving import Serving, serving, shutting_down
 from mlxhost.worker.engine.engine import Engine, EngineStopped
 from mlxhost.worker.pause import LEASE_PATH, Pauses, lease
 

@@ -17,7 +17,7 @@ from mlxhost.config import Settings
 from mlxhost.runtime.listener import Listener, serve_in
 from mlxhost.runtime.shutdown import Shutdown
 from mlxhost.wire.layout import state_dir
-from mlxhost.worker.api.chat import Serving
+from mlxhost.worker.api.serving import Serving
 from mlxhost.worker.app import create_app
 from mlxhost.worker.engine.engine import Engine, EngineOptions
 
@@ -36,7 +36,9 @@ Background = Callable[[Engine], Coroutine[Any, Any, None]]
 PUBLISH_INTERVAL_MAX = 0.025
 
 
-def engine_options(settings: Settings, adapter_path: str | None = None, sharding: str | None = None) -> EngineOptions:
+def engine_options(
+    settings: Settings, adapter_path: str | None = None, sharding: str | None = None
+) -> EngineOptions:
     """The engine a worker runs for `settings` (every rank of a group builds the same one)."""
     return EngineOptions(
         settings.max_batch,

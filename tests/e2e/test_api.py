@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from mlxhost.testing import RunningHost, start_host
-from mlxhost.worker.api.answer import FRAMES_PER_SECOND
+from mlxhost.worker.api.serving import FRAMES_PER_SECOND
 
 HELLO = [{"role": "user", "content": "Tell me about café culture in 日本 🙂"}]
 
@@ -102,7 +102,9 @@ def test_tokens_faster_than_the_stream_interval_share_frames(client: openai.Open
     )
     chunks = list(stream)
     content = [c for c in chunks if c.choices and c.choices[0].delta.content]
-    tokens = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content or []]
+    tokens = [
+        t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content or []
+    ]
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(tokens)
     assert "".join(c.choices[0].delta.content or "" for c in content) == whole.choices[0].message.content
     assert len(content) <= len(tokens) / 2, f"{len(content)} frames for {len(tokens)} tokens"

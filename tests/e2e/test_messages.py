@@ -21,10 +21,11 @@ from mlxhost.testing import RunningHost
 from mlxhost.wire.anthropic import CountTokensRequest
 from mlxhost.wire.chunks import Delta, ToolCall
 from mlxhost.wire.parsing import parse_body
-from mlxhost.worker.api.answer import Answer, shutting_down
 from mlxhost.worker.api.conversation import ToolChoice
 from mlxhost.worker.api.messages import messages_conversation
 from mlxhost.worker.api.messages_writer import MessagesWriter
+from mlxhost.worker.api.serving import shutting_down
+from mlxhost.worker.api.writer import Answer
 from mlxhost.worker.engine.output import Output
 
 HELLO: list[Any] = [{"role": "user", "content": "Tell me about café culture in 日本 🙂"}]
@@ -338,7 +339,10 @@ def test_count_tokens_counts_the_prompt_a_message_gets(client: anthropic.Anthrop
         ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, "tool_choice"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"teleport_mode": True}, "teleport_mode"),
-        ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "nonsense"}}}}, "output_config.format.schema"),
+        (
+            {"output_config": {"format": {"type": "json_schema", "schema": {"type": "nonsense"}}}},
+            "output_config.format.schema",
+        ),
         ({"messages": [*HELLO, {"role": "assistant", "content": "Well,"}]}, "messages[1]"),
         (
             {

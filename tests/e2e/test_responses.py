@@ -25,8 +25,9 @@ from pydantic import BaseModel, Field
 from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.chunks import Delta, ToolCall
 from mlxhost.wire.errors import ServiceUnavailable
-from mlxhost.worker.api.answer import Answer
-from mlxhost.worker.api.responses import ResponseStore, ResponsesWriter
+from mlxhost.worker.api.responses import ResponseStore
+from mlxhost.worker.api.responses_writer import ResponsesWriter
+from mlxhost.worker.api.writer import Answer
 from mlxhost.worker.engine.output import Output
 
 RUNS = 20
@@ -454,7 +455,10 @@ def test_the_store_keeps_the_most_recent() -> None:
 # -- a model that thinks --------------------------------------------------------------------------
 
 # As thinking models' templates do (Qwen3's thinking variants): the reply starts inside the block.
-THINKING = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}<|assistant|>\n<think>\n"
+THINKING = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "<|assistant|>\n<think>\n"
+)
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@ around the response (`_EventStream`), whose body Starlette cancels when the clie
 Whole answers: a watcher task waits for `http.disconnect` while the choices are collected and
 cancels the collection. Leaving the group, however it is left, cancels every session.
 
-What is dialect-specific is the writer: how output becomes frames or a body (`Writer` for one
-choice, `ChoicesWriter` for several). What is not lives here: keep-alives during a long prefill,
-merging output that comes faster than the frame interval (`Serving.frame_interval`), sorting text into answer, reasoning and
-tool calls (output.py), the finish reason, and failures: one choice that fails ends the stream
-(or the answer) with the error.
+What is dialect-specific is the writer (writer.py): how output becomes frames or a body
+(`Writer` for one choice, `ChoicesWriter` for several). What is not lives here: keep-alives during
+a long prefill, merging output that comes faster than the frame interval
+(`Serving.frame_interval`), sorting text into answer, reasoning and tool calls (output.py), the
+finish reason, and failures: one choice that fails ends the stream (or the answer) with the
+error.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -27,118 +28,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from mlxhost.config import Settings
 from mlxhost.wire.chunks import KEEPALIVE, AnswerFinish, Delta, TokenLogprob
 from mlxhost.wire.errors import APIError, InternalError, ServiceUnavailable
 from mlxhost.wire.headers import SESSION_HEADER
-from mlxhost.worker.engine.engine import Engine, EngineStopped
+from mlxhost.worker.api.serving import Serving, shutting_down
+from mlxhost.worker.api.writer import Answer, ChoicesWriter, Writer
+from mlxhost.worker.engine.engine import EngineStopped
 from mlxhost.worker.engine.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.engine.output import Output, OutputParser
 
-__all__ = [
-    "Answer",
-    "ChoicesWriter",
-    "Serving",
-    "Writer",
-    "frame_interval",
-    "respond",
-    "respond_choices",
-    "shutting_down",
-]
+__all__ = ["respond", "respond_choices"]
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, but the access log does
 
-# Frames a second across all of a worker's streams, past which each stream's frames come further
-# apart than `stream_interval`. A frame costs the same CPU however many tokens it carries: JSON
-# and HTTP framing here, the parent's relay, the client's parse, on the cores MLX computes on. At
-# 16 streams of 20 frames a second that work took 6% of the tiny model's throughput on 2 cores
-# (scripts/bench --closed-loop-only); at 10 a second per stream each still reads as live.
-FRAMES_PER_SECOND = 160
-
 _Frames = Sequence[bytes]
-
-
-@dataclass
-class Serving:
-    """What the routes need, kept on `app.state.serving`."""
-
-    engine: Engine
-    settings: Settings
-    model_id: str
-    accepting: bool = True
-
-    def frame_interval(self) -> float:
-        """The shortest gap between two frames of a stream now."""
-        return frame_interval(self.settings.stream_interval, self.engine.session_count)
-
-
-def frame_interval(stream_interval: float, sessions: int) -> float:
-    """`stream_interval`, or longer while `sessions` share the worker: see FRAMES_PER_SECOND."""
-    if stream_interval == 0:
-        return 0.0  # a frame per token, as the operator asked
-    return max(stream_interval, sessions / FRAMES_PER_SECOND)
-
-
-@dataclass
-class Answer:
-    """A finished generation (one choice), for a whole response."""
-
-    output: Output
-    logprobs: list[TokenLogprob] | None
-    final: Delta
-    finish: AnswerFinish
-
-
-class Writer(Protocol):
-    """One dialect's way of writing a generation."""
-
-    def opening(self) -> Iterable[bytes]:
-        """The frames a stream starts with."""
-        ...
-
-    def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
-        """Frames for new output (`delta` carries its logprobs and the running token count)."""
-        ...
-
-    def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
-        """The frames after the last output: the finish, usage, the stream's end."""
-        ...
-
-    def failure(self, error: APIError) -> Iterable[bytes]:
-        """The frames that end a stream whose generation failed or was stopped."""
-        ...
-
-    def whole(self, answer: Answer) -> dict[str, Any]:
-        """The body of a whole response."""
-        ...
-
-
-class ChoicesWriter(Protocol):
-    """A dialect's way of writing the choices of one request, each told by its index."""
-
-    def opening(self) -> Iterable[bytes]:
-        """The frames a stream starts with, for every choice."""
-        ...
-
-    def output(self, index: int, out: Output, delta: Delta) -> Iterable[bytes]:
-        """Frames for new output of choice `index`."""
-        ...
-
-    def finished(self, index: int, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
-        """The frames after the last output of choice `index`."""
-        ...
-
-    def closing(self, finals: Sequence[Delta]) -> Iterable[bytes]:
-        """The frames once every choice finished (`finals` by index): usage, the stream's end."""
-        ...
-
-    def failure(self, error: APIError) -> Iterable[bytes]:
-        """The frames that end a stream one of whose generations failed or was stopped."""
-        ...
-
-    def whole(self, answers: Sequence[Answer]) -> dict[str, Any]:
-        """The body of a whole response, `answers` by index."""
-        ...
 
 
 async def respond(
@@ -454,10 +357,6 @@ async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> N
     while (await request.receive())["type"] != "http.disconnect":
         pass
     scope.cancel()
-
-
-def shutting_down() -> ServiceUnavailable:
-    return ServiceUnavailable("the server is shutting down; the generation was stopped", code="shutting_down")
 
 
 def _failure(final: Delta) -> APIError:

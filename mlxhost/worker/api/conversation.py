@@ -170,7 +170,9 @@ async def prepare(engine: Engine, conversation: Conversation) -> Prepared:
         try:
             grammar = await engine.grammars.compile(spec)
         except GrammarError as exc:
-            raise InvalidRequest(f"{exc.param}: {exc.message}", param=exc.param, code="invalid_schema") from None
+            raise InvalidRequest(
+                f"{exc.param}: {exc.message}", param=exc.param, code="invalid_schema"
+            ) from None
     budget = None
     if conversation.thinking_budget is not None and tokenizer.think_ids is not None and grammar is None:
         start, end = tokenizer.think_ids

@@ -40,15 +40,7 @@ from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.fields import Skipped, known_type
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.parsing import parse_body, too_long
-from mlxhost.worker.api.answer import Serving, respond
-from mlxhost.worker.api.chat import (
-    GenerationSettings,
-    _check_characters,
-    _generation_request,
-    _namespace,
-    read_body,
-    serving,
-)
+from mlxhost.worker.api.answer import respond
 from mlxhost.worker.api.context_edits import apply_edits, clear_tool_uses, token_trigger
 from mlxhost.worker.api.conversation import (
     Conversation,
@@ -60,7 +52,14 @@ from mlxhost.worker.api.conversation import (
     prepare,
     tool_call_message,
 )
+from mlxhost.worker.api.generation import (
+    GenerationSettings,
+    cache_namespace,
+    check_characters,
+    generation_request,
+)
 from mlxhost.worker.api.messages_writer import MessagesWriter
+from mlxhost.worker.api.serving import Serving, read_body, serving
 
 __all__ = ["count_tokens", "messages", "messages_conversation"]
 
@@ -83,12 +82,12 @@ async def messages(request: Request) -> Response:
         body.top_k,
         tuple(body.stop_sequences or ()),
     )
-    generation = _generation_request(
+    generation = generation_request(
         sampling,
         prepared.prompt,
         service,
         "messages",
-        _namespace(request, sampling),
+        cache_namespace(request, sampling),
         grammar=prepared.grammar,
         thinking_budget=prepared.thinking_budget,
     )
@@ -119,7 +118,7 @@ async def _prepare(service: Serving, body: CountTokensRequest, skipped: Skipped)
     if context is not None and count >= context:
         raise too_long("messages", f"{count} messages are at least {count} tokens", context)
     chars = sum(len(m["content"]) + len(m.get("reasoning_content", "")) for m in conversation.messages)
-    _check_characters(service, "messages", chars)
+    check_characters(service, "messages", chars)
     prepared = await prepare(service.engine, conversation)
     if (trigger := token_trigger(body)) is not None and len(prepared.prompt) > trigger[0]:
         clear_tool_uses(conversation.messages, trigger[1])

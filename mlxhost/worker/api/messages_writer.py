@@ -16,7 +16,7 @@ from typing import Any
 from mlxhost.wire.chunks import AnswerFinish, Delta, ToolCall
 from mlxhost.wire.dialect import Dialect, sse_error, sse_event
 from mlxhost.wire.errors import APIError
-from mlxhost.worker.api.answer import Answer
+from mlxhost.worker.api.writer import Answer
 from mlxhost.worker.engine.output import Output
 
 __all__ = ["MessagesWriter"]

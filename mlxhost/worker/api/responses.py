@@ -42,14 +42,6 @@ from mlxhost.wire.responses import (
     UnsupportedToolChoice,
 )
 from mlxhost.worker.api.answer import respond
-from mlxhost.worker.api.chat import (
-    GenerationSettings,
-    Serving,
-    _check_characters,
-    _generation_request,
-    read_body,
-    serving,
-)
 from mlxhost.worker.api.conversation import (
     Conversation,
     OutputFormat,
@@ -60,11 +52,13 @@ from mlxhost.worker.api.conversation import (
     prepare,
     tool_call_message,
 )
+from mlxhost.worker.api.generation import GenerationSettings, check_characters, generation_request
 from mlxhost.worker.api.responses_writer import ResponsesWriter, echo
+from mlxhost.worker.api.serving import Serving, read_body, serving
 from mlxhost.worker.engine.generation import GenerationRequest
 from mlxhost.worker.engine.output import Output
 
-__all__ = ["ResponseStore", "ResponsesWriter", "responses", "responses_conversation"]
+__all__ = ["ResponseStore", "responses", "responses_conversation"]
 
 STORED_RESPONSES = 1000
 
@@ -84,8 +78,9 @@ async def responses(request: Request) -> Response:
         found = store.get(scope, body.previous_response_id)
         if found is None:
             raise InvalidRequest(
-                f"previous_response_id: no stored response '{excerpt(body.previous_response_id)}' (a response "
-                "made with store false, one this worker has forgotten, or one from before it restarted)",
+                f"previous_response_id: no stored response '{excerpt(body.previous_response_id)}' (a "
+                "response made with store false, one this worker has forgotten, or one from before it "
+                "restarted)",
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
@@ -95,7 +90,7 @@ async def responses(request: Request) -> Response:
     if context is not None and len(conversation.messages) >= context:
         count = len(conversation.messages)
         raise too_long("input", f"{count} messages are at least {count} tokens", context)
-    _check_characters(service, "input", sum(_characters(m) for m in conversation.messages))
+    check_characters(service, "input", sum(_characters(m) for m in conversation.messages))
     prepared = await prepare(service.engine, conversation)
     generation = _generation(body, prepared.prompt, service, scope, prepared)
 
@@ -351,7 +346,7 @@ def _generation(
     body: ResponsesRequest, prompt: list[int], service: Serving, scope: str, prepared: Prepared
 ) -> GenerationRequest:
     settings = GenerationSettings(body.max_output_tokens, "max_output_tokens", body.temperature, body.top_p)
-    return _generation_request(
+    return generation_request(
         settings,
         prompt,
         service,

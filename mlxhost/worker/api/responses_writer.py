@@ -24,7 +24,7 @@ from mlxhost.wire.chunks import AnswerFinish, Delta, ToolCall
 from mlxhost.wire.dialect import sse_event
 from mlxhost.wire.errors import APIError
 from mlxhost.wire.responses import FunctionToolChoice, ResponsesRequest
-from mlxhost.worker.api.answer import Answer
+from mlxhost.worker.api.writer import Answer
 from mlxhost.worker.engine.output import Output
 
 __all__ = ["ResponsesWriter", "echo", "new_id"]

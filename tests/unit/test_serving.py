@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlxhost.worker.api.answer import FRAMES_PER_SECOND, frame_interval
+from mlxhost.worker.api.serving import FRAMES_PER_SECOND, frame_interval
 
 
 def test_few_streams_get_the_configured_interval() -> None:
