@@ -264,3 +264,34 @@ def test_the_floor_rule_sees_a_module_reaching_up() -> None:
     floors = [["pkg.low"], ["pkg.high"], ["pkg.high.top"]]
     modules = {"pkg.low.a": {"pkg.high.b"}, "pkg.high.b": {"pkg.low.a"}, "pkg.high.top.c": set(), "pkg.d": set()}
     assert _reaching_up(modules, floors) == ["pkg.d is on no floor", "pkg.low.a imports pkg.high.b, a floor above it"]
+
+
+def _private_imports(path: Path, name: str | None = None) -> Iterator[str]:
+    """Each `_name` (private, not dunder) that `path` (the module `name`) imports from one of ours."""
+    package = (name or _module_name(path)).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = package[: len(package) - node.level + 1] if node.level else []
+        module = ".".join([*base, node.module] if node.module else base)
+        if not _within(module, "mlxhost", "mlxhost_tui"):
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                yield f"{module}.{alias.name}"
+
+
+def test_no_module_imports_another_modules_private_names(tmp_path: Path) -> None:
+    """A name with a leading underscore is its module's own: what another module needs is public,
+    in the module where it belongs."""
+    found = [
+        f"{path.relative_to(ROOT)} imports {private}"
+        for path in _sources("mlxhost", "tui")
+        for private in _private_imports(path)
+    ]
+    assert found == []
+    probe = tmp_path / "probe.py"  # it can fail
+    probe.write_text("from .chat import _check, public, __version__\nfrom mlx_lm import _private\n")
+    assert list(_private_imports(probe, "mlxhost.worker.api.probe")) == ["mlxhost.worker.api.chat._check"]
