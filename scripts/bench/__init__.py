@@ -54,5 +54,6 @@ listed there), `chart` (the PNG), `cli` (main).
 
 The bench talks to mlxhost only over HTTP and its admin API (and `mlxhost.client.admin`); it
 imports `mlxhost.host.events` only to measure the hub alone, and of the worker only
-`mlxhost.worker.engine.grammar`, to time grammar compiles in this process (`bench.constrained`).
+`mlxhost.worker.engine.grammar` and `.grammar_compiler`, to time grammar compiles in this process
+(`bench.constrained`).
 """

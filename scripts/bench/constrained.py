@@ -11,10 +11,11 @@ mixed / median free >= 0.9 (`bench.targets`). CPU seconds of the parent and the 
 recorded per run: the worker's CPU per token, free and mixed, shows what the masks cost even where
 a busy machine makes the wall-clock rates swing.
 
-Grammar compile time, in this process: `mlxhost.worker.engine.grammar.Grammars` on the tokenizer the raw
-path loaded, the vocabulary as wide as the model's logits (as the worker does), max(--repeats, 5)
-rounds, each on fresh compilers, every compile timed around its `await` (what a request waits,
-the hop to the compiling thread included; the compiler's own `compile_seconds` is kept too):
+Grammar compile time, in this process: `mlxhost.worker.engine.grammar_compiler.Grammars` on the
+tokenizer the raw path loaded, the vocabulary as wide as the model's logits (as the worker does),
+max(--repeats, 5) rounds, each on fresh compilers, every compile timed around its `await` (what a
+request waits, the hop to the compiling thread included; the compiler's own `compile_seconds` is
+kept too):
   setup      `Grammars(tokenizer, vocab)`: the tokenizer serialized, which the worker does at load
   cold       the get_weather tool schema (kind tool_calls) first: llguidance's tokenizer is built
              from the serialized one, then the grammar
@@ -55,7 +56,8 @@ from bench.runs import BatchRun, describe_batch
 from bench.settings import alternating
 from bench.streams import CHAT_PATH, HTTPBench, chat_body
 from bench.targets import CONSTRAINED_VS_FREE_MIN
-from mlxhost.worker.engine.grammar import GrammarError, Grammars, GrammarSpec, ToolSpec
+from mlxhost.worker.engine.grammar import GrammarError, GrammarSpec, ToolSpec
+from mlxhost.worker.engine.grammar_compiler import Grammars
 
 CONSTRAINED_STREAMS = 8
 CONSTRAINED_SHARE = 2  # every other stream of a mixed run carries the schema: 4 of 8
@@ -364,7 +366,8 @@ def print_constrained(summary: ConstrainedSummary) -> None:
     )
     ms, inside = summary.compile_ms, summary.compiler_ms
     print(
-        f"  grammar compile (in this process: mlxhost.worker.engine.grammar on the model's tokenizer, "
+        "  grammar compile (in this process: mlxhost.worker.engine.grammar_compiler"
+        " on the model's tokenizer, "
         f"vocab {settings.vocab_size:,}; {settings.compile_rounds} round(s), medians; ms "
         "around the await, the compiler's own in parentheses):"
     )

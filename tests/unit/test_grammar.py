@@ -26,7 +26,9 @@ from mlx_lm.tool_parsers.json_tools import parse_tool_call
 
 from mlxhost.worker.engine.engine import Engine, EngineOptions
 from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams
-from mlxhost.worker.engine.grammar import Grammar, GrammarError, Grammars, GrammarSpec, ToolSpec
+from mlxhost.worker.engine.grammar import GrammarError, GrammarSpec, ToolSpec
+from mlxhost.worker.engine.grammar_compiler import Grammars
+from mlxhost.worker.engine.grammar_mask import Grammar
 
 Processor = Callable[[mx.array, mx.array], mx.array]
 

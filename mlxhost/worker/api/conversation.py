@@ -26,7 +26,8 @@ from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.inert import excerpt
 from mlxhost.worker.engine.engine import Engine
 from mlxhost.worker.engine.generation import ThinkingBudget
-from mlxhost.worker.engine.grammar import Grammar, GrammarError, GrammarSpec, ToolSpec, closed
+from mlxhost.worker.engine.grammar import GrammarError, GrammarSpec, ToolSpec, closed
+from mlxhost.worker.engine.grammar_mask import Grammar
 from mlxhost.worker.engine.output import OutputParser
 from mlxhost.worker.engine.satisfiable import why_unsatisfiable
 

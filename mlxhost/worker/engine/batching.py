@@ -38,7 +38,7 @@ from mlxhost.worker.cache.disk import worth_loading
 from mlxhost.worker.cache.files import Entry
 from mlxhost.worker.cache.memory import PromptCache
 from mlxhost.worker.engine.generation import GenerationSession
-from mlxhost.worker.engine.grammar import GrammarProcessor
+from mlxhost.worker.engine.grammar_mask import GrammarProcessor
 from mlxhost.worker.engine.group import Insert, LeadingGenerator, insert_requests
 from mlxhost.worker.engine.sampling import SamplerCache, processors_for
 from mlxhost.worker.engine.textstream import TextStream

@@ -46,7 +46,7 @@ from mlxhost.worker.cache.files import (
 from mlxhost.worker.cache.memory import PromptCache, PromptCacheStatistics
 from mlxhost.worker.engine.batching import Batching, EngineFailed, Outputs
 from mlxhost.worker.engine.generation import GenerationRequest, GenerationSession
-from mlxhost.worker.engine.grammar import Grammars
+from mlxhost.worker.engine.grammar_compiler import Grammars
 from mlxhost.worker.engine.group import SEED, LeadingGenerator, Link, describe_ranks, follow
 from mlxhost.worker.engine.tokenizer import Tokenizer, context_length
 

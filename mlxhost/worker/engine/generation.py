@@ -22,7 +22,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mlxhost.wire.chunks import Delta
 
 if TYPE_CHECKING:
-    from mlxhost.worker.engine.grammar import Grammar
+    from mlxhost.worker.engine.grammar_mask import Grammar
 
 __all__ = [
     "GenerationRequest",
