@@ -21,9 +21,8 @@ import openai
 import pytest
 
 from mlxhost.testing import RunningHost, start_host, wait_until
-from mlxhost.worker.cache.directory import free_floor
-from mlxhost.worker.cache.disk import LOCK_PATIENCE
-from mlxhost.worker.cache.files import make_folder, model_fingerprint, store_folder
+from mlxhost.worker.cache.directory import LOCK_PATIENCE, free_floor
+from mlxhost.worker.cache.folder import make_folder, model_fingerprint, store_folder
 from tests.filesystems import small_tmpfs
 
 SYSTEM = " ".join(["You are a careful harbour master who logs every ship, its cargo and its crew."] * 12)

@@ -10,13 +10,8 @@ import mlx.core as mx
 import mlx_lm
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxhost.worker.cache.files import (
-    cache_signature,
-    keep_signature,
-    kept_signature,
-    model_fingerprint,
-    store_folder,
-)
+from mlxhost.worker.cache.files import cache_signature
+from mlxhost.worker.cache.folder import keep_signature, kept_signature, model_fingerprint, store_folder
 
 
 def test_another_model_or_a_changed_file_never_matches(tiny_model: Path, tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ import pytest
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from mlxhost.testing import wait_until
-from mlxhost.worker.cache.disk import PromptStore, worth_loading
+from mlxhost.worker.cache.disk import PromptStore
+from mlxhost.worker.cache.disk_index import worth_loading
 from mlxhost.worker.cache.files import Signature, cache_signature, namespace_digest
 
 TOKENS = list(range(5, 45))

@@ -17,14 +17,8 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxhost.testing import wait_until
 from mlxhost.worker.cache import disk as prompt_store
 from mlxhost.worker.cache.disk import PromptStore
-from mlxhost.worker.cache.files import (
-    NonFinite,
-    Signature,
-    cache_signature,
-    make_folder,
-    model_fingerprint,
-    namespace_digest,
-)
+from mlxhost.worker.cache.files import NonFinite, Signature, cache_signature, namespace_digest
+from mlxhost.worker.cache.folder import make_folder, model_fingerprint
 from tests.filesystems import fill, small_tmpfs
 
 SHARED = namespace_digest(("", ""))

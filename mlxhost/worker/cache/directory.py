@@ -1,8 +1,8 @@
 """The prompt-cache directory as a whole: one bound across its models' folders, a free-space floor,
 and the removal of folders no worker will use again.
 
-<state_dir>/prompt-cache/ holds one folder per model fingerprint (cache/files.py), each owned by
-at most one worker at a time (an advisory lock on the folder's `.lock`, cache/disk.py). The
+<state_dir>/prompt-cache/ holds one folder per model fingerprint (cache/folder.py), each owned by
+at most one worker at a time (an advisory lock on the folder's `.lock`, `FolderLock`). The
 bound, `prompt_cache_disk_mb`, is the directory's, not each folder's: each fine-tune is a model of
 its own, and a bound per folder let disk use grow by a whole bound per job.
 
@@ -40,9 +40,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlxhost.worker.cache.files import SUFFIX, folder_is_orphan, is_leftover
+from mlxhost.worker.cache.files import SUFFIX, is_leftover
+from mlxhost.worker.cache.folder import folder_is_orphan
 
-__all__ = ["LOCK_FILE", "Others", "TierStopped", "free_floor", "lock_nowait", "others", "sweep", "tier_locked"]
+__all__ = [
+    "LOCK_FILE",
+    "FolderLock",
+    "Others",
+    "TierStopped",
+    "free_floor",
+    "lock_nowait",
+    "others",
+    "sweep",
+    "tier_locked",
+]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -55,6 +66,8 @@ FLOOR_MIN = 64 << 20
 FLOOR_SHARE = 0.05
 FLOOR_SMALL_SHARE = 0.25
 TIER_RETRY = 0.05  # seconds between tries for the tier's lock (held by another worker's write)
+LOCK_RETRY = 0.5  # seconds between tries for a folder another worker holds...
+LOCK_PATIENCE = 60.0  # ...for this long: a worker being replaced lets go as it exits
 LEFTOVER_AGE = 3600.0  # seconds: a half-made folder older than this was left by a crash
 
 
@@ -104,6 +117,39 @@ def tier_locked(root: Path, stop: threading.Event) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+class FolderLock:
+    """A worker's hold on its model's folder: one owner at a time."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._fd: int | None = None
+
+    def take(self) -> bool:
+        """Take the lock now, unless another process holds it."""
+        self._fd = lock_nowait(self.folder)
+        return self._fd is not None
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Take the lock, trying again for LOCK_PATIENCE seconds; False (and logged) if the folder
+        stays taken or `stop` is set first."""
+        deadline = time.monotonic() + LOCK_PATIENCE
+        while not self.take():
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "prompt cache: %s stays taken; this worker keeps caches in memory only", self.folder
+                )
+                return False
+            if stop.wait(LOCK_RETRY):
+                logger.info("prompt cache: stopped waiting for %s: the worker is stopping", self.folder)
+                return False
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
 
 
 @dataclass

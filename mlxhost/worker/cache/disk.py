@@ -1,9 +1,9 @@
 """The prompt cache's disk tier: KV caches that outlive the worker, and the host.
 
 Every KV cache the memory tier keeps (cache/memory.py) is also written to the model's folder under
-the state directory, one file each (`cache/files.py`: where the folder is, what a file holds, when
-one is this model's). The index of the folder is rebuilt at start from the files' headers alone:
-no tensor is read until one is used.
+the state directory (`cache/folder.py`), one file each (`cache/files.py`: what a file holds, when
+one is this model's). The index of the folder (cache/disk_index.py) is rebuilt at start from the
+files' headers alone: no tensor is read until one is used.
 
 Writes go through a writer thread, loads through a loader thread, so the generation thread never
 waits for the disk. What MLX allows across threads (mlx 0.32): an array whose graph was built on
@@ -34,26 +34,24 @@ import os
 import queue
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import PromptTrie
 
 from mlxhost.worker.cache.directory import (
+    FolderLock,
     Others,
     TierStopped,
     free_floor,
-    lock_nowait,
     others,
     sweep,
     tier_locked,
 )
+from mlxhost.worker.cache.disk_index import DiskIndex
 from mlxhost.worker.cache.files import (
-    SUFFIX,
     Entry,
     Namespace,
     NonFinite,
@@ -61,31 +59,20 @@ from mlxhost.worker.cache.files import (
     cache_arrays,
     check_finite,
     entry_name,
-    is_leftover,
     namespace_digest,
     read_cache,
-    read_header,
     write_cache,
 )
 
-__all__ = ["PromptStore", "StoreBusy", "StoreStatistics", "path_keys", "worth_loading"]
+__all__ = ["PromptStore", "StoreStatistics"]
 
 logger = logging.getLogger("mlxhost.engine")
 
-# A load must save at least this many prompt tokens, and this share of what it reads (see
-# `worth_loading`).
-LOAD_MIN_TOKENS = 2
-LOAD_MIN_SHARE = 4
 WRITE_QUEUE = 8  # caches waiting for the writer
-LOCK_RETRY = 0.5  # seconds between tries for a folder another worker holds...
-LOCK_PATIENCE = 60.0  # ...for this long: a worker being replaced lets go as it exits
 # What a file holds besides its arrays (the header: tokens as JSON, layer classes), over-estimated
 # so that the room made before a write is enough.
 HEADER_ALLOWANCE = 64 << 10
 HEADER_PER_TOKEN = 12
-
-class StoreBusy(Exception):
-    """Another worker owns the model's folder."""
 
 
 @dataclass(frozen=True)
@@ -99,39 +86,6 @@ class StoreStatistics:
     removed_files: int  # unreadable or foreign files removed
 
 
-def worth_loading(covered: int, in_memory: int) -> bool:
-    """Whether to load an entry that starts a prompt `covered` tokens in, where memory has `in_memory`.
-
-    Reading a cache costs its bytes, in proportion to all it covers; it saves the prefill of what
-    memory lacks. Reading runs at disk speed, a prefill at the model's, many times slower per
-    token (a 16-token prefill of the 32M-parameter bench model took 0.5 s on a CPU; its file
-    read in milliseconds), so any real saving is worth it, except a few tokens on top of a long
-    prefix that memory already has.
-    """
-    saved = covered - in_memory
-    return saved >= LOAD_MIN_TOKENS and saved * LOAD_MIN_SHARE >= covered
-
-
-def path_keys(trie: PromptTrie, namespace: Any, tokens: list[int]) -> list[list[int]]:
-    """The keys of `trie` that a prompt starting with `tokens` may have started from.
-
-    Every entry that is a prefix of `tokens` (or `tokens` itself), found in one walk down the
-    trie, and the nearest longer one that shares more of them (the entry `take` trims back).
-    """
-    keys = []
-    node = trie._trie.get(namespace)
-    for i, token in enumerate(tokens):
-        node = None if node is None else node.get(token)
-        if node is None:
-            break
-        if "__value__" in node:
-            keys.append(tokens[: i + 1])
-    found = trie.search(namespace, tokens)
-    if found.longer is not None and found.common_prefix > (len(keys[-1]) if keys else 0):
-        keys.append(list(found.longer))
-    return keys
-
-
 class PromptStore:
     """The disk tier of one model: an index of its folder, a writer thread and a loader thread."""
 
@@ -140,21 +94,18 @@ class PromptStore:
         self.max_bytes = max_bytes
         self._signature = signature
         self._lock = threading.Lock()  # the index and counters: generation, writer and loader threads
-        self._trie = PromptTrie()
-        self._entries: OrderedDict[str, Entry] = OrderedDict()  # by name, least recently used first
-        self._bytes = 0
+        self._index = DiskIndex()
         self._hits = 0
         self._cached_tokens = 0
         self._writes = 0
         self._dropped = 0
         self._removed = 0
-        self._used: dict[str, int] = {}  # an entry's last use (ns since the epoch), as its file's mtime
         self._warned: set[str] = set()  # what was logged already: a full disk is said once
         self.ready = False  # the folder's lock is held and its index read
         self._closing = threading.Event()  # ends the writer's waits for locks
-        self._lock_fd: int | None = None
+        self._folder_lock = FolderLock(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        if self._acquire():
+        if self._folder_lock.take():
             self._scan()
         else:
             logger.warning("prompt cache: %s is used by another worker; waiting for it", folder)
@@ -174,30 +125,13 @@ class PromptStore:
     # -- the generation thread's side -------------------------------------------------------
 
     def find(self, prompt: list[int], namespace: Namespace) -> tuple[Entry | None, int]:
-        """The entry that gives `prompt` the longest start, and how many of its tokens it covers.
-
-        As mlx-lm's LRUPromptCache: an entry that is a prefix of the prompt, or a longer one
-        (the same prompt, a longer conversation) trimmed back to the common prefix if its cache
-        can be trimmed. At least one prompt token is always left to compute.
-        """
+        """The entry that gives `prompt` the longest start, and how many of its tokens it covers
+        (see `DiskIndex.find`)."""
         if not self.ready:
             return None, 0
         key = namespace_digest(namespace)
         with self._lock:
-            found = self._trie.search(key, prompt)
-            best: tuple[Entry | None, int] = (None, 0)
-            if found.exact is not None:
-                entry = self._trie.get(key, found.exact)
-                if entry.trimmable:
-                    best = (entry, len(prompt) - 1)
-            if found.shorter is not None:
-                best = max(best, (self._trie.get(key, found.shorter), len(found.shorter)), key=lambda b: b[1])
-            if found.longer is not None:
-                entry = self._trie.get(key, found.longer)
-                if entry.trimmable:
-                    covered = min(len(prompt) - 1, found.common_prefix)
-                    best = max(best, (entry, covered), key=lambda b: b[1])
-        return best
+            return self._index.find(prompt, key)
 
     def spill(self, tokens: Sequence[int], cache: list[Any], namespace: Namespace) -> None:
         """Queue `cache` (whose KV holds `tokens`) for writing; never waits."""
@@ -211,10 +145,7 @@ class PromptStore:
         with self._lock:
             # Already on disk (a repeated prompt with a greedy reply ends in the same tokens): no
             # copy in this thread and no write in the other, only its place in the LRU order.
-            known = self._entries.get(entry_name(digest, tokens))
-            if known is not None:
-                self._entries.move_to_end(known.name)
-                self._used[known.name] = time.time_ns()
+            if self._index.touch(entry_name(digest, tokens)):
                 return
         # Evaluated here, in the thread whose stream built it: the writer could not.
         mx.eval(cache_arrays(cache))
@@ -230,10 +161,10 @@ class PromptStore:
 
     def drop_path(self, namespace: Namespace, tokens: list[int]) -> int:
         """Remove the entries a prompt starting with `tokens` may have started from (see
-        `path_keys`), files and all: a cache that started from one held NaN."""
+        `DiskIndex.on_path`), files and all: a cache that started from one held NaN."""
         key = namespace_digest(namespace)
         with self._lock:
-            entries = [self._trie.get(key, k) for k in path_keys(self._trie, key, tokens)]
+            entries = self._index.on_path(key, tokens)
         self._forget(entries, unlink=True, bad=True)
         return len(entries)
 
@@ -245,8 +176,8 @@ class PromptStore:
     def statistics(self) -> StoreStatistics:
         with self._lock:
             return StoreStatistics(
-                entries=len(self._entries),
-                bytes=self._bytes,
+                entries=len(self._index),
+                bytes=self._index.bytes,
                 hits=self._hits,
                 cached_tokens=self._cached_tokens,
                 writes=self._writes,
@@ -264,9 +195,7 @@ class PromptStore:
         self._loads_queue.put(None)
         self._writer.join()
         self._loader.join()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
+        self._folder_lock.release()
 
     # -- reading and writing files (any thread) -----------------------------------------------
 
@@ -285,9 +214,7 @@ class PromptStore:
         with contextlib.suppress(OSError):
             os.utime(path)  # its last use: the LRU order survives a restart
         with self._lock:
-            if entry.name in self._entries:
-                self._entries.move_to_end(entry.name)
-                self._used[entry.name] = time.time_ns()
+            self._index.touch(entry.name)
         return cache
 
     def write(self, tokens: tuple[int, ...], cache: list[Any], namespace: str) -> Entry | None:
@@ -308,13 +235,9 @@ class PromptStore:
                 entry = write_cache(self.folder, namespace, tokens, cache)
                 with self._lock:
                     self._writes += 1
-                    self._add(entry)
-                    self._used[entry.name] = time.time_ns()
-                    gone = []
-                    if entry.trimmable:  # its prefixes are covered by trimming it, as in the memory tier
-                        for _, prefix in self._trie.pop_prefixes(namespace, list(tokens)):
-                            self._drop_from_index(prefix, in_trie=False)
-                            gone.append(prefix)
+                    self._index.add(entry, time.time_ns())
+                    # Its prefixes are covered by trimming it, as in the memory tier.
+                    gone = self._index.pop_prefixes(namespace, tokens) if entry.trimmable else []
                 for e in gone:
                     with contextlib.suppress(FileNotFoundError):
                         (self.folder / e.name).unlink()
@@ -330,20 +253,20 @@ class PromptStore:
         LRU for the directory, cache/directory.py).
         """
         with self._lock:
-            own = [(self._used.get(e.name, 0), e.size, e) for e in self._entries.values()]
-        candidates = heapq.merge(sorted(own, key=lambda c: c[0]), tier.deletable, key=lambda c: c[0])
+            own = self._index.by_last_use()
+        candidates = heapq.merge(own, tier.deletable, key=lambda c: c[0])
         while True:
             info = os.statvfs(self.folder)
             free = info.f_bavail * info.f_frsize
             floor = free_floor(info.f_blocks * info.f_frsize)
             rounded = -(-need // info.f_frsize) * info.f_frsize if need else 0
-            over = max(self._bytes + tier.bytes + need - self.max_bytes, floor - (free - rounded))
+            over = max(self._index.bytes + tier.bytes + need - self.max_bytes, floor - (free - rounded))
             if over <= 0:
                 return True
             oldest = next(candidates, None)
             if oldest is None:
                 if need:
-                    reason = "bound" if self._bytes + tier.bytes + need > self.max_bytes else "floor"
+                    reason = "bound" if self._index.bytes + tier.bytes + need > self.max_bytes else "floor"
                     self._warn_once(
                         reason,
                         "prompt cache: not writing an entry of %d bytes: %s",
@@ -358,7 +281,7 @@ class PromptStore:
             _, size, what = oldest
             if isinstance(what, Entry):
                 with self._lock:
-                    self._drop_from_index(what)
+                    self._index.drop(what)
                 path = self.folder / what.name
             else:
                 tier.bytes -= size
@@ -373,33 +296,10 @@ class PromptStore:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _add(self, entry: Entry) -> None:
-        # Under self._lock. The same tokens in the same namespace have the same file name: an
-        # entry written again replaced its file.
-        previous = self._trie.add(entry.namespace, list(entry.tokens), entry)
-        if previous is not None and previous.name in self._entries:
-            self._bytes -= self._entries.pop(previous.name).size
-        self._entries[entry.name] = entry
-        self._bytes += entry.size
-
-    def _drop_from_index(self, entry: Entry, in_trie: bool = True) -> None:
-        # Under self._lock.
-        if entry.name not in self._entries:
-            return
-        del self._entries[entry.name]
-        self._used.pop(entry.name, None)
-        self._bytes -= entry.size
-        if in_trie:
-            with contextlib.suppress(KeyError):
-                self._trie.pop(entry.namespace, list(entry.tokens))
-        roots = self._trie._trie
-        if entry.namespace in roots and not roots[entry.namespace]:
-            del roots[entry.namespace]  # no trie root left behind per namespace ever seen
-
     def _forget(self, entries: list[Entry], unlink: bool, bad: bool = False) -> None:
         with self._lock:
             for entry in entries:
-                self._drop_from_index(entry)
+                self._index.drop(entry)
                 if bad:
                     self._removed += 1
         if unlink:
@@ -407,52 +307,22 @@ class PromptStore:
                 with contextlib.suppress(OSError):
                     (self.folder / entry.name).unlink()
 
-    def _acquire(self) -> bool:
-        self._lock_fd = lock_nowait(self.folder)
-        return self._lock_fd is not None
-
     def _scan(self) -> None:
         """Rebuild the index from the files' headers; remove leftovers and foreign files."""
-        found = []
-        for path in self.folder.iterdir():
-            if is_leftover(path):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                continue
-            if path.name.startswith(".") or not path.name.endswith(SUFFIX):
-                continue
-            try:
-                info = path.lstat()  # a FIFO or a link is not followed: read_header refuses it
-                entry = read_header(path, info.st_size)
-            except Exception as exc:  # noqa: BLE001 - an unreadable file is removed, never fatal
-                logger.warning("prompt cache: removing %s: %s: %s", path.name, type(exc).__name__, exc)
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                self._removed += 1
-                continue
-            found.append((info.st_mtime_ns, entry))
-        for used, entry in sorted(found, key=lambda f: f[0]):
-            self._add(entry)
-            self._used[entry.name] = used
+        self._removed += self._index.scan(self.folder)
         self.ready = True
         logger.info(
-            "prompt cache: %d entries (%d bytes) on disk in %s", len(self._entries), self._bytes, self.folder
+            "prompt cache: %d entries (%d bytes) on disk in %s",
+            len(self._index),
+            self._index.bytes,
+            self.folder,
         )
 
     def _write_loop(self) -> None:
         if not self.ready:
-            deadline = time.monotonic() + LOCK_PATIENCE
-            while not self._acquire():
-                if time.monotonic() > deadline:
-                    logger.warning(
-                        "prompt cache: %s stays taken; this worker keeps caches in memory only", self.folder
-                    )
-                    self._drain_writes()
-                    return
-                if self._closing.wait(LOCK_RETRY):
-                    logger.info("prompt cache: stopped waiting for %s: the worker is stopping", self.folder)
-                    self._drain_writes()
-                    return
+            if not self._folder_lock.wait(self._closing):
+                self._drain_writes()
+                return
             with self._lock:
                 self._scan()
         self._tidy_tier()
@@ -513,5 +383,3 @@ class PromptStore:
         while (item := self._loads_queue.get()) is not None:
             entry, done = item
             done(self.read(entry))
-
-

@@ -34,7 +34,8 @@ from typing import Any
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
-from mlxhost.worker.cache.disk import PromptStore, StoreStatistics, path_keys
+from mlxhost.worker.cache.disk import PromptStore, StoreStatistics
+from mlxhost.worker.cache.disk_index import path_keys
 from mlxhost.worker.cache.files import NonFinite, cache_arrays, check_finite
 
 __all__ = ["Namespace", "PromptCache", "PromptCacheStatistics"]
@@ -173,4 +174,3 @@ class PromptCache:
             disk_dropped_writes=disk.dropped_writes,
             disk_removed_files=disk.removed_files,
         )
-

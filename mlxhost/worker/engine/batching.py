@@ -34,7 +34,7 @@ import mlx.core as mx
 from mlxhost.runtime.shutdown import exit_now
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.wire.launch import EXIT_GROUP_BROKEN
-from mlxhost.worker.cache.disk import worth_loading
+from mlxhost.worker.cache.disk_index import worth_loading
 from mlxhost.worker.cache.files import Entry
 from mlxhost.worker.cache.memory import PromptCache
 from mlxhost.worker.engine.generation import GenerationSession

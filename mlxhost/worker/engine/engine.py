@@ -35,8 +35,8 @@ from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache, m
 from mlx_lm.utils import sharded_load
 
 from mlxhost.worker.cache.disk import PromptStore
-from mlxhost.worker.cache.files import (
-    cache_signature,
+from mlxhost.worker.cache.files import cache_signature
+from mlxhost.worker.cache.folder import (
     keep_signature,
     kept_signature,
     make_folder,
