@@ -7,26 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx_lm
 import pytest
-from mlx_lm.models.cache import make_prompt_cache
 
 from mlxhost.testing import wait_until
 from mlxhost.worker.cache.disk import PromptStore
 from mlxhost.worker.cache.files import cache_signature
 from mlxhost.worker.cache.memory import PromptCache
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model: Path) -> Any:
-    return mlx_lm.load(str(tiny_model))[0]
-
-
-def kv(model: Any, tokens: list[int]) -> list[Any]:
-    cache = make_prompt_cache(model)
-    model(mx.array([tokens]), cache=cache)
-    mx.eval([layer.state for layer in cache])
-    return cache
+from tests.unit.tiny_kv import kv, model_fixture  # noqa: F401 - the `model` fixture
 
 
 def test_a_cache_that_holds_nan_is_not_kept_and_what_it_started_from_is_dropped(
@@ -48,7 +35,10 @@ def test_a_cache_that_holds_nan_is_not_kept_and_what_it_started_from_is_dropped(
         assert memory.usable([*prefix, 7, 8, 9]) == 0 and store.find([*prefix, 7, 8, 9], ("", ""))[0] is None
         assert memory.statistics().entries == 1 and memory.usable([*unrelated, 9]) == len(unrelated)
         assert len(list(store.folder.glob("*.safetensors"))) == 1  # the unrelated entry's file only
-        assert "holds NaN or infinite values: not kept; dropped the entries it may have started from: 1 in memory, 1 on disk" in caplog.text
+        assert (
+            "holds NaN or infinite values: not kept; "
+            "dropped the entries it may have started from: 1 in memory, 1 on disk"
+        ) in caplog.text
     finally:
         store.close()
     assert store.statistics().writes == 2  # the poisoned cache was never written

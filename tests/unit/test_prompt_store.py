@@ -8,28 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx_lm
 import pytest
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import KVCache
 
 from mlxhost.testing import wait_until
 from mlxhost.worker.cache.disk import PromptStore
 from mlxhost.worker.cache.disk_index import worth_loading
 from mlxhost.worker.cache.files import Signature, cache_signature, namespace_digest
+from tests.unit.tiny_kv import kv, model_fixture  # noqa: F401 - the `model` fixture
 
 TOKENS = list(range(5, 45))
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model: Path) -> Any:
-    return mlx_lm.load(str(tiny_model))[0]
-
-
-def kv(model: Any, tokens: list[int]) -> list[Any]:
-    cache = make_prompt_cache(model)
-    model(mx.array([tokens]), cache=cache)
-    mx.eval([layer.state for layer in cache])
-    return cache
 
 
 @pytest.fixture(scope="module")

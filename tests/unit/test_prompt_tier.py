@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx_lm
 import pytest
-from mlx_lm.models.cache import make_prompt_cache
 
 from mlxhost.testing import wait_until
 from mlxhost.worker.cache import disk as prompt_store
@@ -20,20 +18,9 @@ from mlxhost.worker.cache.disk import PromptStore
 from mlxhost.worker.cache.files import NonFinite, Signature, cache_signature, namespace_digest
 from mlxhost.worker.cache.folder import make_folder, model_fingerprint
 from tests.filesystems import fill, small_tmpfs
+from tests.unit.tiny_kv import kv, model_fixture  # noqa: F401 - the `model` fixture
 
 SHARED = namespace_digest(("", ""))
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model: Path) -> Any:
-    return mlx_lm.load(str(tiny_model))[0]
-
-
-def kv(model: Any, tokens: list[int]) -> list[Any]:
-    cache = make_prompt_cache(model)
-    model(mx.array([tokens]), cache=cache)
-    mx.eval([layer.state for layer in cache])
-    return cache
 
 
 def prompt(n: int) -> list[int]:
