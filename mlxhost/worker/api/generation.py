@@ -20,7 +20,7 @@ from mlxhost.wire.inert import excerpt
 from mlxhost.wire.parsing import too_long
 from mlxhost.worker.api.serving import Serving
 from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, ThinkingBudget
-from mlxhost.worker.engine.grammar import Grammar
+from mlxhost.worker.engine.grammar_mask import Grammar
 
 __all__ = [
     "GenerationBody",
