@@ -24,7 +24,7 @@ from textual.screen import Screen
 from mlxhost.client.admin import AdminClient, AdminRefused, Target
 from mlxhost.wire.admin import END_HOST_STOPPING, END_LAGGED, BadRecord, StreamLagged, StreamReset
 from mlxhost_tui.model import host_identity, strip_controls
-from mlxhost_tui.screens import MainScreen
+from mlxhost_tui.screens.main import MainScreen
 
 __all__ = ["ConsoleApp", "make_app"]
 

@@ -29,7 +29,8 @@ from mlxhost.client.admin import Target
 from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.admin import RankRecord, StandbyRecord
 from mlxhost_tui.app import ConsoleApp, make_app
-from mlxhost_tui.screens import ConfirmScreen, HelpScreen
+from mlxhost_tui.screens.confirm import ConfirmScreen
+from mlxhost_tui.screens.help import HelpScreen
 from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
 from mlxhost_tui.widgets.workers_table import RANK_KEY
 from tests.unit import test_console_model as given  # the fixed state the snapshots draw

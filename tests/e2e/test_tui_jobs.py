@@ -18,7 +18,8 @@ from mlxhost.client.admin import Target
 from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.admin.jobs import JobLogEvent, parse_log_line
 from mlxhost_tui.app import ConsoleApp, make_app
-from mlxhost_tui.screens import ConfirmScreen, JobLogScreen
+from mlxhost_tui.screens.confirm import ConfirmScreen
+from mlxhost_tui.screens.job_log import JobLogScreen
 from mlxhost_tui.widgets.jobs_table import JobsTable
 from tests.e2e.test_tui import log_text, until
 from tests.unit import test_console_jobs as given
