@@ -5,6 +5,7 @@
     fuse      <model>-fused-<id>    the job's output directory
 
 The name carries the job's id, so it never collides with a configured model or another job's.
+`serve_output` registers it with the pool, once, when the job succeeds and when a later host starts.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlxhost.host.jobs.records import JobRecords
+from mlxhost.host.workers.pool import ModelPool
 from mlxhost.model_spec import ModelSpec
-from mlxhost.wire.admin.jobs import JobKind, JobRecord
+from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobResult
 
-__all__ = ["JobModel", "job_model"]
+__all__ = ["JobModel", "job_model", "serve_output"]
 
 
 @dataclass(frozen=True)
@@ -39,3 +42,12 @@ def job_model(record: JobRecord, output: Path) -> JobModel:
     suffix = f"q{record.options['bits']}" if kind is JobKind.QUANTIZE else "fused"
     name = f"{record.model}-{suffix}-{record.id}"
     return JobModel(ModelSpec(name, str(output)), output, origin)
+
+
+def serve_output(record: JobRecord, output: Path, pool: ModelPool, records: JobRecords) -> None:
+    """Serve what a succeeded job made as a model, its result recorded; OSError or ValueError if unusable."""
+    model = job_model(record, output)
+    if record.result is None:
+        records.update(record.id, result=JobResult(model=model.spec.id, path=str(output)))
+    if pool.resolve_exact(model.spec.id) is None:
+        pool.register(model.spec, model.path, model.origin)

@@ -2,7 +2,7 @@
 
 One row per job, holding what `GET /admin/jobs/{id}` shows (`JobRecord`) plus the start time of
 its process, which tells that process from a later one given the same pid. The job's log, spec and
-output live in its own folder beside the database (`mlxhost.host.jobs.runner`).
+output live in its own folder beside the database (`mlxhost.host.jobs.folder`).
 
 Calls run on the event loop, synchronously: a job writes a handful of rows in its life (progress
 at most about once a second), each a sub-millisecond local transaction; a thread hop per call
@@ -232,7 +232,9 @@ class JobStore:
             yield
         except (sqlite3.Error, OSError) as exc:
             full = _full(exc)
-            what = "the disk is full" if full else str(exc) if isinstance(exc, sqlite3.Error) else exc.strerror
+            what = (
+                "the disk is full" if full else str(exc) if isinstance(exc, sqlite3.Error) else exc.strerror
+            )
             raise StoreFailed(f"the job store {self.path} cannot be {done}: {what}", full=full) from exc
 
     @staticmethod

@@ -8,7 +8,7 @@ arrivals beyond that queue in admission as usual (429 past `max_queued`), and a 
 still ends its wait.
 
 This coordinates *execution*, not memory: what a job frees for itself (pausing the workers) is the
-job runner's business (`mlxhost.host.jobs.runner`).
+job's business (`mlxhost.host.jobs.execution`).
 """
 
 from __future__ import annotations
