@@ -1,4 +1,5 @@
-"""One session, run end to end: admit it, take its shared execution lease, find its worker, relay the answer, record the outcome.
+"""One session, run end to end: admit it, take its shared execution lease, find its worker,
+relay the answer, record the outcome.
 
 `SessionResponse` is the ASGI response the generation routes return. Everything a session does
 happens inside its own cancel scope, in the request's task: waiting in the admission queue,
@@ -13,6 +14,7 @@ within a step or so. The wait is bounded, and skipped when the worker died or ne
 
 A session speaks its request's dialect (wire.dialect, from the path): the errors the parent
 writes itself, whole or as a stream's last frame, are worded as that dialect's clients read them.
+What goes to the client, and the idle timeout on each send, is `serving.downstream`.
 
 `forward` is the light path for a request that needs the model's worker but generates nothing
 (counting a prompt's tokens): no admission slot, no session, one whole answer relayed.
@@ -22,24 +24,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 
 import anyio
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from mlxhost.host.events import EventHub
 from mlxhost.host.serving.admission import Admission, QueueFull
 from mlxhost.host.serving.coordinator import CoordinatorClosed, ExecutionCoordinator
+from mlxhost.host.serving.downstream import HOP_BY_HOP, Downstream, closing_sse_error
 from mlxhost.host.serving.sessions import CancelReason, Outcome, Session, SessionRegistry, SessionState
 from mlxhost.host.workers.pool import ModelPool
 from mlxhost.host.workers.status import WorkerUnavailable
 from mlxhost.host.workers.supervisor import Supervisor
 from mlxhost.host.workers.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from mlxhost.model_spec import ModelSpec
-from mlxhost.runtime.error_responses import error_response
 from mlxhost.wire.admin import AdmissionRejected
-from mlxhost.wire.dialect import Dialect, sse_error
+from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import (
     AdmissionRefused,
     APIError,
@@ -56,26 +57,9 @@ __all__ = ["SessionResponse", "forward", "refusal"]
 
 logger = logging.getLogger("mlxhost.relay")
 
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "date",  # Hypercorn writes its own
-        "server",
-    }
-)
 EXIT_WAIT = 2.0  # how long to wait for the supervisor to learn how a broken worker ended
 DROP_WAIT = 5.0  # how long a session waits for its worker to say it dropped the sequence (a loaded
 # machine can take seconds to schedule a worker back; the health check catches a frozen one)
-GOODBYE_TIMEOUT = 1.0  # sending a last error frame to a client must not hold up anything
 
 
 class SessionResponse:
@@ -116,7 +100,7 @@ class SessionResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         session = self.sessions.open(self.spec.id, self.stream, self.client_metadata)
-        client = _Client(send, session, self.idle_timeout, self.dialect)
+        client = Downstream(send, session, self.idle_timeout, self.dialect)
         outcome: Outcome | None = None
         try:
             with session.scope:
@@ -141,7 +125,7 @@ class SessionResponse:
                 await _wait_dropped(session, *self._holder)
             self.sessions.close(session, outcome or Outcome.failed("internal_error", "no outcome"))
 
-    async def _run(self, session: Session, client: _Client) -> Outcome:
+    async def _run(self, session: Session, client: Downstream) -> Outcome:
         try:
             async with self.admission.slot(session), self.coordinator.shared(session.id):
                 session.advance(SessionState.PREPARING)
@@ -158,7 +142,7 @@ class SessionResponse:
         except QueueFull:
             return await client.error(refusal(self.spec.id, self.admission, self.sessions.events, session.id))
 
-    async def _relay(self, session: Session, client: _Client, supervisor: Supervisor, pid: int) -> Outcome:
+    async def _relay(self, session: Session, client: Downstream, supervisor: Supervisor, pid: int) -> Outcome:
         http = supervisor.client
         if http is None:
             return await client.error(_restarting(self.spec))
@@ -185,7 +169,12 @@ class SessionResponse:
             await upstream.aclose()
 
     async def _relay_whole(
-        self, session: Session, client: _Client, upstream: UpstreamResponse, supervisor: Supervisor, pid: int
+        self,
+        session: Session,
+        client: Downstream,
+        upstream: UpstreamResponse,
+        supervisor: Supervisor,
+        pid: int,
     ) -> Outcome:
         try:
             content = await upstream.aread()
@@ -199,7 +188,12 @@ class SessionResponse:
         return _outcome_of_whole(upstream.status_code, content, session)
 
     async def _relay_stream(
-        self, session: Session, client: _Client, upstream: UpstreamResponse, supervisor: Supervisor, pid: int
+        self,
+        session: Session,
+        client: Downstream,
+        upstream: UpstreamResponse,
+        supervisor: Supervisor,
+        pid: int,
     ) -> Outcome:
         await client.start(upstream.status_code, upstream.headers)
         # The reader beside the chunks' writer reads the frames as they go past: the first
@@ -216,78 +210,22 @@ class SessionResponse:
         except UpstreamBroken:
             self._holder = None
             error = await _worker_failed(supervisor, pid)
-            await client.body(_sse_error(error, self.dialect), more=False)
+            await client.body(closing_sse_error(error, self.dialect), more=False)
             return Outcome.cancelled(CancelReason.WORKER_EXITED)
         session.advance(SessionState.SETTLING)
         await client.body(b"", more=False)
         return _outcome_of_stream(reader)
 
 
-class _Client:
-    """The client side of a session: what was sent, and sends guarded by the idle timeout."""
-
-    def __init__(self, send: Send, session: Session, idle_timeout: float, dialect: Dialect) -> None:
-        self._send = send
-        self._session = session
-        self._idle_timeout = idle_timeout
-        self._dialect = dialect
-        self.started = False
-        self.ended = False
-        self.event_stream = False
-
-    async def start(
-        self, status: int, headers: Iterable[tuple[str, str]], length: int | None = None
-    ) -> None:
-        raw = [
-            (k.lower().encode("latin-1"), v.encode("latin-1"))
-            for k, v in headers
-            if k.lower() not in HOP_BY_HOP
-        ]
-        if length is not None:  # a body we hold whole goes out with its length, not chunked
-            raw.append((b"content-length", str(length).encode()))
-        raw.append((SESSION_HEADER.encode(), self._session.id.encode()))
-        self.event_stream = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in raw)
-        await self._guarded({"type": "http.response.start", "status": status, "headers": raw})
-        self.started = True
-        self._session.status = status
-
-    async def body(self, chunk: bytes, more: bool = True) -> None:
-        await self._guarded({"type": "http.response.body", "body": chunk, "more_body": more})
-        self.ended = not more
-
-    async def error(self, error: APIError) -> Outcome:
-        """Answer with `error` (nothing was sent yet) and return the outcome it means."""
-        response = error_response(error, self._dialect)
-        await self.start(response.status_code, response.headers.items(), len(response.body))
-        await self.body(bytes(response.body), more=False)
-        if isinstance(error, WorkerFailed):
-            return Outcome.cancelled(CancelReason.WORKER_EXITED)
-        return Outcome.failed(error.code or error.type, error.message)
-
-    async def goodbye(self, error: APIError | None) -> None:
-        """After a cancellation: tell the client why, if it is still there to read it."""
-        if error is None or self.ended:
-            return
-        with anyio.move_on_after(GOODBYE_TIMEOUT):
-            if not self.started:
-                await self.error(error)
-            elif self.event_stream:
-                await self.body(_sse_error(error, self._dialect), more=False)
-
-    async def _guarded(self, message: Message) -> None:
-        # A client that stops reading makes send() wait; past the idle timeout it is let go.
-        with anyio.move_on_after(self._idle_timeout) as guard:
-            await self._send(message)
-        if guard.cancelled_caught:
-            self._session.cancel(CancelReason.CONSUMER_IDLE)
-            await anyio.lowlevel.checkpoint()
-
-
-def refusal(model: str, admission: Admission, events: EventHub, session: str | None = None) -> AdmissionRefused:
+def refusal(
+    model: str, admission: Admission, events: EventHub, session: str | None = None
+) -> AdmissionRefused:
     """The 429 for a request the model's admission turned away, announced to the operator."""
     stats = admission.statistics()
     # No session when refused before one opened.
-    rejected = AdmissionRejected(session=session or None, model=model, active=stats.active, queued=stats.queued)
+    rejected = AdmissionRejected(
+        session=session or None, model=model, active=stats.active, queued=stats.queued
+    )
     events.publish(rejected)
     return AdmissionRefused(
         f"the model '{model}' is at capacity ({stats.active} running, {stats.queued} waiting); "
@@ -396,11 +334,6 @@ def _cancelled_error(reason: CancelReason, request_timeout: float) -> APIError |
     if reason is CancelReason.SHUTDOWN:
         return Cancelled("the server is shutting down; the generation was stopped", code="shutting_down")
     return Cancelled("an operator cancelled this request", code="cancelled")
-
-
-def _sse_error(error: APIError, dialect: Dialect) -> bytes:
-    # The blank line first ends whatever frame the stream was in the middle of.
-    return b"\n\n" + sse_error(error, dialect)
 
 
 def _outcome_of_whole(status: int, content: bytes, session: Session) -> Outcome:
