@@ -7,6 +7,8 @@ line, then memory readings and session progress, which go to the supervisor's ca
 line, on stdout or stderr, is the worker's log. A ready line that does not answer the launch record,
 or none within `load_timeout`, gets the process killed. Once ready, it is watched until it exits,
 stops answering its health check (then it is killed as hung), or the supervisor asks it to end.
+What a group of ranks under `mlx.launch` does its own way (its command, its ready line, how it is
+signalled, how its exit reads) is its `Shape`'s (`mlxhost.host.workers.group`).
 
 Ending it: the supervisor's `drain` first, then SIGTERM, then SIGKILL after its `shutdown_grace`
 and `stop_timeout`. Workers run in a session of their own, so a terminal's Ctrl-C reaches the
@@ -21,10 +23,7 @@ import collections
 import contextlib
 import functools
 import logging
-import os
-import re
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -34,16 +33,14 @@ import anyio
 import anyio.abc
 
 from mlxhost.config import Settings
+from mlxhost.host.workers.group import Shape
 from mlxhost.host.workers.launch import lines, refusal, worker_command
 from mlxhost.host.workers.liveness import wait_hung
 from mlxhost.host.workers.standby import StandbyPool
 from mlxhost.host.workers.status import WorkerExit
-from mlxhost.ranks import GroupSpec, launch_command
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import (
     EXIT_BAD_LAUNCH,
-    EXIT_GROUP_BROKEN,
-    HOST_PID,
     LaunchRecord,
     MemoryReading,
     ReadyLine,
@@ -58,8 +55,6 @@ __all__ = ["STDERR_KEPT", "WorkerProcess", "exit_of"]
 logger = logging.getLogger("mlxhost.supervisor")
 
 STDERR_KEPT = 20
-# What mlx.launch says on stderr as each rank of a group ends other than cleanly.
-RANK_ENDED = re.compile(r"Node with rank (?P<rank>\d+) (?:exited with code (?P<code>-?\d+)|was killed)")
 
 
 class _Start:
@@ -115,8 +110,8 @@ class WorkerProcess:
         on_memory: Callable[[MemoryReading], None],
         on_progress: Callable[[SessionProgress], None] | None,
         drain: Callable[[], Awaitable[None]],
+        shape: Shape,
         standby: StandbyPool | None = None,
-        group: GroupSpec | None = None,
     ) -> None:
         self.id = worker_id
         self.socket_path = socket_path
@@ -130,11 +125,8 @@ class WorkerProcess:
         self.process: anyio.abc.Process | None = None  # while it runs
         self.exit: WorkerExit | None = None  # once it ended (set even if `run` is cancelled)
         self._hung: str | None = None  # why the liveness watch killed it
-        # A worker group: the process is mlx.launch, its ranks share its process group, and
-        # rank 0's ready line says where each runs.
-        self.group = group
-        self.ranks: list[dict[str, Any]] = []
-        self._rank_exits: list[tuple[int, int | None]] = []  # (rank, code or -signal), as mlx.launch says
+        # One interpreter or a group of ranks: how it is started, signalled and read.
+        self.shape = shape
         self.at_once = False  # asked to end without a drain or a grace (an operator's `drain=false`)
 
     def kill(self) -> None:
@@ -142,31 +134,20 @@ class WorkerProcess:
         process = self.process
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self._kill(process)
-
-    def _kill(self, process: anyio.abc.Process) -> None:
-        if self.group is None:
-            process.kill()
-        else:
-            # mlx.launch and every rank on this machine: one process group (its own session).
-            # Ranks mlx.launch reached over ssh lose their connection with it.
-            os.killpg(process.pid, signal.SIGKILL)
+                self.shape.kill(process)
 
     async def run(self, record: LaunchRecord, terminate: anyio.Event) -> WorkerExit:
         """Spawn it and serve until it exits; `terminate` asks it to end (drained, then signalled)."""
         spawned = time.monotonic()
-        # A standby is one interpreter: a group is started whole by mlx.launch.
-        standby = self._standby.take() if self._standby is not None and self.group is None else None
+        standby = self._standby.take() if self._standby is not None and self.shape.takes_standby else None
         if standby is not None:
             process = standby.process
             logger.info("worker %s: takes the warm standby pid %d", self.id, process.pid)
         else:
             command: list[str] = []
             try:
-                command, env = worker_command(self.settings), None
-                if self.group is not None:
-                    command = launch_command(self.group, free_ports(self.group.ranks), command[1:])
-                    env = {**os.environ, HOST_PID: str(os.getpid())}
+                command = worker_command(self.settings)
+                command, env = self.shape.command(command)
                 # A session of its own: signals meant for the parent's terminal (Ctrl-C) skip it.
                 process = await anyio.open_process(command, start_new_session=True, env=env)
             except (OSError, ValueError) as exc:  # no such file, not executable, EMFILE, bad command
@@ -230,22 +211,12 @@ class WorkerProcess:
         finally:
             with anyio.CancelScope(shield=True):
                 if process.returncode is None:
-                    self._kill(process)
+                    self.shape.kill(process)
                     await process.wait()
                 await process.aclose()
-            if self.group is not None:
-                # No rank outlives the group: whatever mlx.launch left running on this machine.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
+            self.shape.reap(process.pid)
             self.process = None
-            code, rank_reason = process.returncode, None
-            if self._rank_exits:
-                # mlx.launch exits 0 whatever its ranks did: the first rank to end says how (not
-                # rank 0 leaving because another had gone, whichever mlx.launch saw first).
-                causes = [e for e in self._rank_exits if e[1] != EXIT_GROUP_BROKEN] or self._rank_exits
-                rank, code = causes[0]
-                how = "was killed" if code is None else f"exited with {_how(code)}"
-                rank_reason = f"rank {rank} {how}"
+            code, rank_reason = self.shape.exit_code(process.returncode)
             self.exit = exit_of(
                 process.pid,
                 code,
@@ -269,42 +240,31 @@ class WorkerProcess:
         if process.returncode is None:
             logger.error("worker %s: pid %d is hung (%s); killing it", self.id, process.pid, why)
             self._hung = why
-            self._kill(process)
+            self.shape.kill(process)
 
     async def _stop(self, process: anyio.abc.Process) -> None:
         if self.at_once:
             # Its running requests end with an error now, as documented, instead of within
             # drain_timeout plus its own shutdown_grace.
-            self._kill(process)
+            self.shape.kill(process)
             await process.wait()
             return
         await self._drain()
-        if self.group is None:
-            process.terminate()
-        else:
-            # Rank 0 shuts down as a single worker does and closes the followers; mlx.launch
-            # itself would just die of a SIGTERM, leaving its ranks running.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if self.ranks:
-                    os.kill(self.ranks[0]["pid"], signal.SIGTERM)
-                else:
-                    self._kill(process)
+        self.shape.terminate(process)
         # The worker finishes what it still runs within its own shutdown_grace.
         with anyio.move_on_after(self.settings.shutdown_grace + self.settings.stop_timeout):
             await process.wait()
             return
         logger.warning("worker %s: did not stop after SIGTERM; killing it", self.id)
-        self._kill(process)
+        self.shape.kill(process)
 
     def _stdout_line(self, start: _Start, log: logging.Logger, line: str) -> None:
         message = parse_line(line)
         if isinstance(message, ReadyLine):
             if not start.ready.is_set():
                 start.refused = refusal(message, self.socket_path)
-                if self.group is not None and start.refused is None:
-                    self.ranks = list(message.ranks)
-                    if len(self.ranks) != self.group.ranks:
-                        start.refused = f"its ready line names {len(self.ranks)} ranks, not {self.group.ranks}"
+                if start.refused is None:
+                    start.refused = self.shape.accept(message)
                 start.ready.set()
         elif isinstance(message, MemoryReading):
             self._on_memory(message)
@@ -318,36 +278,8 @@ class WorkerProcess:
 
     def _stderr_line(self, tail: collections.deque[str], log: logging.Logger, line: str) -> None:
         tail.append(excerpt(line, MESSAGE_CHARS))  # the last one may become an exit's reason
-        if self.group is not None and (ended := RANK_ENDED.search(line)):
-            code = ended.group("code")
-            self._rank_exits.append((int(ended.group("rank")), None if code is None else int(code)))
+        self.shape.stderr_line(line)
         log.info("%s", line)
-
-
-def _how(code: int) -> str:
-    return f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive ports free on this machine now, for the ring backend."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            first = probe.getsockname()[1]
-        if first + count > 65536:
-            continue
-        held: list[socket.socket] = []
-        try:
-            for port in range(first, first + count):
-                held.append(socket.socket())
-                held[-1].bind(("", port))
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-        return first
-    raise OSError("no run of free ports for the group's ranks")
 
 
 async def _read(stream: anyio.abc.ByteReceiveStream, sink: Callable[[str], None], done: anyio.Event) -> None:

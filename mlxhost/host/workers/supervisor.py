@@ -35,6 +35,7 @@ import anyio.abc
 
 from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
+from mlxhost.host.workers.group import shape_of
 from mlxhost.host.workers.launch import launch_record
 from mlxhost.host.workers.pause_lease import pause_lease
 from mlxhost.host.workers.process import WorkerProcess
@@ -252,7 +253,7 @@ class Supervisor:
                 logger.info("worker %s: resumed", self.id)
 
     def snapshot(self) -> WorkerRecord:
-        return worker_record(self, self._worker.ranks if self._worker is not None else [])
+        return worker_record(self, self._worker.shape.ranks if self._worker is not None else [])
 
     # -- the lifecycle task ----------------------------------------------------------------
 
@@ -344,8 +345,8 @@ class Supervisor:
             on_memory=self._memory_read,
             on_progress=self._on_progress,
             drain=self._drain,
+            shape=shape_of(self.spec.group),
             standby=self._standby,
-            group=self.spec.group,
         )
         try:
             await worker.run(record, self._terminate)
@@ -373,7 +374,7 @@ class Supervisor:
         self.ready_since = self.last_used = time.monotonic()  # idle from now: a slow load is no idleness
         self.client = WorkerClient(str(self.socket_path))
         logger.info("worker %s: ready (pid %d) in %.2fs", self.id, pid, seconds)
-        ranks = rank_records(self._worker.ranks if self._worker is not None else [])
+        ranks = rank_records(self._worker.shape.ranks if self._worker is not None else [])
         self.events.publish(WorkerReady(worker=self.id, pid=pid, ready_ms=int(seconds * 1000), ranks=ranks))
         self._set_state(WorkerState.READY)
 

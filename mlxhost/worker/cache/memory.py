@@ -12,12 +12,12 @@ another's prompts. The namespace is the key LRUPromptCache files its trie under.
 
 Caches that cannot be trimmed (a sliding window's RotatingKVCache once full, a hybrid model's
 ArraysCache) serve only prompts that extend their tokens; for them the generation thread also
-keeps a snapshot at the end of each prompt (batching.py), which the next turn of a chat extends
-even when the chat template rewrote the reply.
+keeps a snapshot at the end of each prompt (engine/cache_keeping.py), which the next turn of a
+chat extends even when the chat template rewrote the reply.
 
 Behind the memory tier is an optional disk tier (cache/disk.py, `disk`): whatever is kept here
 is also written there, and a prompt the disk can start much further along is loaded from it
-first (batching.py hands it to the store's loader thread).
+first (engine/admission.py hands it to the store's loader thread).
 
 A cache that holds NaN or infinite values is never kept: whatever starts from it answers padding
 (its logits are NaN), so such a cache, and the entries on its tokens' path it may have started

@@ -1,28 +1,22 @@
 """The generation thread: continuous batching over mlx-lm's BatchGenerator.
 
 MLX streams belong to the thread that made them, so every MLX operation runs in this one thread.
-It loops over the BatchGenerator: between two steps it takes in new sessions, removes cancelled
-ones (their KV cache goes with them), and hands each session's new text to the event loop
-without ever waiting for it. `mx.eval` releases the GIL, so the event loop keeps serving while a
-step computes. The event loop only submits sessions, sets their cancel flags and reads the
-counters; the engine (engine.py) ties the two sides together.
+It loops over the BatchGenerator: between two steps it takes in new sessions (admission.py),
+removes cancelled ones (their KV cache goes with them), and after each step hands each session's
+new text to the event loop without ever waiting for it. `mx.eval` releases the GIL, so the event
+loop keeps serving while a step computes. The event loop only submits sessions, sets their cancel
+flags and reads the counters; the engine (engine.py) ties the two sides together. As rows end,
+the prompt cache keeps what they leave (cache_keeping.py).
 
 While the pause gate is closed (a managed job holds the machine, see pause.py) the thread takes in
 no session: the running ones finish, then it frees MLX's cached memory and says so; the sessions
 submitted meanwhile wait, in order, until the gate opens.
-
-The prompt cache (cache/memory.py) gets what the batch can give it: the KV of every generation
-that ends with its cache intact (finished, stopped by a stop string, or cancelled), and, for models
-whose cache cannot be trimmed, a snapshot at the end of each prompt. A session whose prompt the
-disk tier (cache/disk.py) can start much further along than memory goes to the store's loader
-thread first and comes back, through `_loaded`, with the entry in the memory tier.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -34,14 +28,11 @@ import mlx.core as mx
 from mlxhost.runtime.shutdown import exit_now
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.wire.launch import EXIT_GROUP_BROKEN
-from mlxhost.worker.cache.disk_index import worth_loading
-from mlxhost.worker.cache.files import Entry
 from mlxhost.worker.cache.memory import PromptCache
+from mlxhost.worker.engine.admission import Admission, Row
+from mlxhost.worker.engine.cache_keeping import keep_finished, keep_removed, keep_snapshots
 from mlxhost.worker.engine.generation import GenerationSession
-from mlxhost.worker.engine.grammar_mask import GrammarProcessor
-from mlxhost.worker.engine.group import Insert, LeadingGenerator, insert_requests
-from mlxhost.worker.engine.sampling import SamplerCache, processors_for
-from mlxhost.worker.engine.textstream import TextStream
+from mlxhost.worker.engine.group import LeadingGenerator
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
 __all__ = ["Batching", "Counters", "EngineFailed", "Outputs"]
@@ -69,27 +60,16 @@ class Counters:
     cancel_lags: list[int] = field(default_factory=list)
 
 
-@dataclass
-class _Row:
-    session: GenerationSession
-    uid: int
-    text: TextStream
-    tokens: int = 0
-    cached: int = 0  # prompt tokens taken from the prompt cache
-    grammar: GrammarProcessor | None = None  # its output's constraint, which may fail
-
-
 class Batching:
     """The loop of the generation thread, and the hand-over points the event loop uses."""
 
     def __init__(
         self, prompt_cache: PromptCache, publish_interval: float, hand_over: Callable[[Outputs], None]
     ) -> None:
-        # Touched by the event loop too: sessions come in through `incoming`, `wake` rouses the
+        # Touched by the event loop too: sessions come in through `admission`, `wake` rouses the
         # thread, `stopping` ends it once no session is left.
-        self.incoming: queue.SimpleQueue[GenerationSession] = queue.SimpleQueue()
-        self.waiting = 0  # submitted, not yet taken in
         self.wake = threading.Event()
+        self.admission = Admission(prompt_cache, self.wake)
         self.stopping = False
         # The pause gate, closed and opened by the engine: while `paused`, no session is taken
         # in. Each closing gets a new `pause_number`; once the batch is empty the thread frees
@@ -98,18 +78,16 @@ class Batching:
         self.pause_number = 0
         self.on_quiet: Callable[[int], None] = lambda number: None
         self._quiet_number = 0  # the closing this thread last went quiet for
-        self._deferred: list[GenerationSession] = []  # taken from `incoming` while paused, in order
         # When the thread began the work it is in now (None: waiting for work); the health check
         # reads it to tell a hung thread from a busy one.
         self.busy_since: float | None = None
-        self.rows: dict[int, _Row] = {}  # by the generator's uid
+        self.rows: dict[int, Row] = {}  # by the generator's uid
         self.counters = Counters()
         self._prompt_cache = prompt_cache
         # Decoded text reaches the event loop at most this often (first tokens and endings at
         # once); see EngineOptions.publish_interval.
         self._publish_interval = publish_interval
         self._hand_over = hand_over  # called in this thread; must never wait for the loop
-        self._sampler_cache = SamplerCache()
         self._held: Outputs = []  # decoded, not yet handed over
         self._published_at = 0.0
         self._tokenizer: Tokenizer  # set by run()
@@ -117,17 +95,6 @@ class Batching:
         # Whether to keep a snapshot at the end of each prompt: set by the engine at load for a
         # model whose cache may become untrimmable (a trimmable one's final entry covers it).
         self.snapshots = False
-        # Sessions back from the disk tier's loader thread, with what it read (None: unusable).
-        self._loaded: queue.SimpleQueue[tuple[GenerationSession, Entry, int, list[Any] | None]]
-        self._loaded = queue.SimpleQueue()
-        self._loading = 0  # sessions with the loader now
-        self._from_disk: set[GenerationSession] = set()  # back from the loader, not yet inserted
-
-    def submit(self, session: GenerationSession) -> None:
-        """On the event loop: queue `session` for the thread to take in before its next step."""
-        self.waiting += 1
-        self.incoming.put(session)
-        self.wake.set()
 
     def run(self, generator: Any, tokenizer: Tokenizer, started: Callable[[], object]) -> None:
         """The thread's loop, until `stopping` with nothing left to do; closes `generator`."""
@@ -141,8 +108,7 @@ class Batching:
                     self._take_incoming(generator)
                     self._remove_cancelled(generator)
                     if not self.rows:
-                        idle = self.incoming.empty() and not self._deferred and not self._loading
-                        if self.stopping and idle:
+                        if self.stopping and self.admission.idle():
                             return
                         self._quiet_if_paused()
                         self.busy_since = None
@@ -182,127 +148,22 @@ class Batching:
             self.on_quiet(number)
 
     def _take_incoming(self, generator: Any) -> None:
-        # All of them are counted in `waiting`, those back from the loader too (submitted, not
-        # yet in the batch).
-        sessions = self._back_from_disk()
-        sessions += self._deferred
-        self._deferred = []
-        while True:
-            try:
-                sessions.append(self.incoming.get_nowait())
-            except queue.Empty:
-                break
-        if not sessions:
+        taken = self.admission.take(generator, self._tokenizer, self.vocab_size, self.paused)
+        if taken is None:
             return
-        gate_closed = self.paused
-        outputs = []
-        admitted = []
-        for session in sessions:
-            if session.cancel_reason is not None:
-                # Answered even while paused: a client that left must not wait for the job.
-                self.counters.cancelled += 1
-                self._from_disk.discard(session)
-                outputs.append((session, _cancelled(session, 0)))
-            elif gate_closed:
-                self._deferred.append(session)
-            else:
-                admitted.append(session)
-        inserted = [s for s in admitted if not self._load_first(s)]
-        self.waiting -= len(sessions) - len(self._deferred) - (len(admitted) - len(inserted))
-        admitted = inserted
-        if admitted:
-            samplers = self._sampler_cache
-            prompt_cache = self._prompt_cache
-            starts = [prompt_cache.take(s.request.prompt, s.request.cache_namespace) for s in admitted]
-            cached = [len(s.request.prompt) - len(rest) for s, (_, rest) in zip(admitted, starts, strict=True)]
-            insert = Insert(
-                [s.request for s in admitted],
-                [rest for _, rest in starts],
-                [s.request.prompt[:n] for s, n in zip(admitted, cached, strict=True)],
-            )
-            caches = [cache for cache, _ in starts]
-            processors = [processors_for(s.request, self.vocab_size) for s in admitted]
-            if isinstance(generator, LeadingGenerator):  # a group's rank 0: the followers first
-                uids = generator.insert_requests(samplers, insert, caches, self.vocab_size, processors)
-            else:
-                uids = insert_requests(generator, samplers, insert, caches, self.vocab_size, processors)
-            self._from_disk.difference_update(admitted)
-            for uid, session, hit, own in zip(uids, admitted, cached, processors, strict=True):
-                detokenizer = self._tokenizer.decoder.detokenizer
-                text = TextStream(detokenizer, session.request.stop)
-                grammar = next((p for p in own if isinstance(p, GrammarProcessor)), None)
-                self.rows[uid] = _Row(session, uid, text, cached=hit, grammar=grammar)
-                self.counters.prompt_tokens += len(session.request.prompt)
-        self._publish(outputs)
-
-    def _load_first(self, session: GenerationSession) -> bool:
-        """Hand `session` to the disk tier's loader if the disk starts it much further along."""
-        disk = self._prompt_cache.disk
-        if disk is None or session in self._from_disk:
-            return False
-        request = session.request
-        entry, covered = disk.find(request.prompt, request.cache_namespace)
-        in_memory = self._prompt_cache.usable(request.prompt, request.cache_namespace)
-        if entry is None or not worth_loading(covered, in_memory):
-            return False
-
-        def done(cache: list[Any] | None) -> None:  # in the loader thread
-            self._loaded.put((session, entry, covered, cache))
-            self.wake.set()
-
-        self._loading += 1
-        disk.load_soon(entry, done)
-        return True
-
-    def _back_from_disk(self) -> list[GenerationSession]:
-        # First in line again: they were submitted before anything still in `incoming`.
-        sessions: list[GenerationSession] = []
-        while True:
-            try:
-                session, entry, covered, cache = self._loaded.get_nowait()
-            except queue.Empty:
-                return sessions
-            self._loading -= 1
-            self._from_disk.add(session)  # not sent to the loader twice, whatever it found
-            if cache is not None and self._prompt_cache.disk is not None:
-                # Into the memory tier, where `take` finds it like any other entry.
-                self._prompt_cache.adopt(list(entry.tokens), cache, session.request.cache_namespace)
-                self._prompt_cache.disk.note_hit(covered)
-            sessions.append(session)
-
-    def _keep_removed(self, generator: Any, rows: list[_Row]) -> None:
-        """Remove `rows` from the generator, keeping the KV cache of those that want it kept."""
-        keep = [row for row in rows if row.session.request.keep_cache and self._prompt_cache.enabled]
-        caches = generator.remove([row.uid for row in rows], return_prompt_caches=bool(keep))
-        for row in keep:
-            cache, tokens = caches.get(row.uid, (None, []))
-            # Not one still queued: its KV is only the entry it started from, kept already.
-            if cache is not None and len(tokens) > row.cached:
-                self._prompt_cache.keep(list(tokens), cache, row.session.request.cache_namespace)
-
-    def _keep_snapshots(self, generator: Any, prompt_responses: list[Any]) -> None:
-        # The prompt's last token is a segment of its own (BatchGenerator makes it one), so a
-        # segment that ends short of the prompt's end leaves the KV holding prompt[:-1]. Kept,
-        # it starts the next turn (prompt + reply + new message) even when the cache cannot
-        # be trimmed and the template rewrote the reply.
-        uids = []
-        for response in prompt_responses:
-            row = self.rows.get(response.uid)
-            ended = response.end_of_segment and not response.end_of_prompt
-            wanted = row is not None and row.session.request.keep_cache and row.session.cancel_reason is None
-            if ended and wanted:
-                uids.append(response.uid)
-        if not uids:
-            return
-        for uid, (cache, tokens) in generator.extract_cache(uids).items():
-            if len(tokens) > self.rows[uid].cached:
-                self._prompt_cache.keep(list(tokens), cache, self.rows[uid].session.request.cache_namespace)
+        cancelled, rows = taken
+        counters = self.counters
+        counters.cancelled += len(cancelled)
+        for row in rows:
+            self.rows[row.uid] = row
+            counters.prompt_tokens += len(row.session.request.prompt)
+        self._publish([(session, _cancelled(session, 0)) for session in cancelled])
 
     def _remove_cancelled(self, generator: Any) -> None:
         gone = [row for row in self.rows.values() if row.session.cancel_reason is not None]
         if not gone:
             return
-        self._keep_removed(generator, gone)
+        keep_removed(self._prompt_cache, generator, gone)
         outputs = []
         for row in gone:
             del self.rows[row.uid]
@@ -316,7 +177,7 @@ class Batching:
     def _step(self, generator: Any) -> None:
         prompt_responses, responses = generator.next()
         if self.snapshots and prompt_responses and self._prompt_cache.enabled:
-            self._keep_snapshots(generator, prompt_responses)
+            keep_snapshots(self._prompt_cache, generator, prompt_responses, self.rows)
         counters = self.counters
         counters.steps += 1
         if not responses:
@@ -325,7 +186,7 @@ class Batching:
         counters.generated_tokens += len(responses)
         eos = self._tokenizer.decoder.eos_token_ids
         outputs: Outputs = []
-        stopped: list[_Row] = []
+        stopped: list[Row] = []
         urgent = False  # a first token (TTFT) or an ending goes out with this step
         for response in responses:
             row = self.rows.get(response.uid)
@@ -365,13 +226,9 @@ class Batching:
             if finish is not None:
                 del self.rows[row.uid]
                 counters.completed += 1
-                # It ended inside the generator (its KV intact), and is one to keep.
-                if response.prompt_cache is not None and row.session.request.keep_cache:
-                    self._prompt_cache.keep(
-                        response.all_tokens, response.prompt_cache, row.session.request.cache_namespace
-                    )
+                keep_finished(self._prompt_cache, row, response)  # it ended inside the generator
         if stopped:  # ended by a stop string, still in the generator: its KV is intact
-            self._keep_removed(generator, stopped)
+            keep_removed(self._prompt_cache, generator, stopped)
         now = time.monotonic()
         if urgent or now - self._published_at >= self._publish_interval:
             self._publish(outputs)

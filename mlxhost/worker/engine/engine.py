@@ -263,7 +263,7 @@ class Engine:
         if not self._sessions:
             self._idle = anyio.Event()
         self._sessions.add(session)
-        self._batching.submit(session)
+        self._batching.admission.submit(session)
         return session
 
     @asynccontextmanager
@@ -300,7 +300,7 @@ class Engine:
         c = self._batching.counters
         return EngineStatistics(
             active=len(self._batching.rows),
-            waiting=self._batching.waiting,
+            waiting=self._batching.admission.waiting,
             steps=c.steps,
             prompt_tokens=c.prompt_tokens,
             generated_tokens=c.generated_tokens,

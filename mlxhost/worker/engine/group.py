@@ -201,10 +201,10 @@ def follow(
 
     The prompt cache follows too. A rank's cache holds its own shard of each entry, but which
     entries it holds, and which one a prompt starts from, must be rank 0's: so every call that
-    takes or keeps an entry on rank 0 (batching.py) is made here with the same tokens, in the
-    same order, under the same bounds. Each take is checked against rank 0's: a follower that
-    starts a row from another entry would pair the wrong KV with rank 0's, and `GroupDiverged`
-    ends the group instead.
+    takes or keeps an entry on rank 0 (admission.py, cache_keeping.py) is made here with the same
+    tokens, in the same order, under the same bounds. Each take is checked against rank 0's: a
+    follower that starts a row from another entry would pair the wrong KV with rank 0's, and
+    `GroupDiverged` ends the group instead.
 
     The messages are pickles, read only from rank 0 of the same group: processes this host
     started with `mlx.launch`, never a client.
