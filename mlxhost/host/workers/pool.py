@@ -201,7 +201,7 @@ class ModelPool:
                 if supervisor is not None and supervisor.retired and not self._closed:
                     continue  # evicted or unloaded while this request waited for it: load it afresh
                 raise
-            supervisor.last_used = time.monotonic()
+            supervisor.requests.last_used = time.monotonic()
             return supervisor
 
     async def restart(self, model_id: str, drain: bool = True) -> Supervisor:
@@ -272,7 +272,7 @@ class ModelPool:
             memory_over = budget > 0 and self._used_bytes() + needed > budget
             if not (count_over or memory_over):
                 return
-            idle = [s for s in self._resident.values() if s.in_flight == 0 and s.waiting == 0]
+            idle = [s for s in self._resident.values() if not (s.requests.in_flight or s.requests.waiting)]
             if not idle:
                 why = "max_resident" if count_over else "memory_budget"
                 raise WorkerUnavailable(
@@ -281,7 +281,7 @@ class ModelPool:
                     code="no_capacity",
                     retry_after=2.0,
                 )
-            victim = min(idle, key=lambda s: s.last_used)
+            victim = min(idle, key=lambda s: s.requests.last_used)
             logger.info(
                 "unloading %s (least recently used) to make room for %s (%s)",
                 victim.id, spec.id, "max_resident" if count_over else "memory_budget",
@@ -312,7 +312,8 @@ class ModelPool:
                 ttl = self.settings.idle_ttl if ttl is None else ttl
                 # Only a ready worker is idle: one still loading has its first request waiting.
                 ready = supervisor.state is WorkerState.READY
-                if ttl and ready and supervisor.in_flight == 0 and now - supervisor.last_used > ttl:
+                requests = supervisor.requests
+                if ttl and ready and requests.in_flight == 0 and now - requests.last_used > ttl:
                     logger.info("unloading %s: unused for %gs", supervisor.id, ttl)
                     self._retire(supervisor, "idle_ttl")
                     self._tg.start_soon(supervisor.stop, True)

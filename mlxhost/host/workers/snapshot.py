@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from mlxhost.host.workers.requests import Requests
 from mlxhost.host.workers.status import WorkerExit, WorkerState
 from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin import RankRecord, WorkerRecord
@@ -26,7 +27,7 @@ class Supervised(Protocol):
     pid: int | None
     socket_path: Path
     restarts: int
-    in_flight: int
+    requests: Requests
     ready_since: float | None
     ready_seconds: float | None
     last_exit: WorkerExit | None
@@ -44,7 +45,7 @@ def worker_record(supervisor: Supervised, ranks: list[dict[str, Any]]) -> Worker
         pid=supervisor.pid,
         socket=str(supervisor.socket_path),
         restarts=supervisor.restarts,
-        in_flight=supervisor.in_flight,
+        in_flight=supervisor.requests.in_flight,
         uptime_s=round(now - ready_since, 3) if ready_since else None,
         ready_s=round(supervisor.ready_seconds, 3) if supervisor.ready_seconds is not None else None,
         last_exit=supervisor.last_exit.record() if supervisor.last_exit else None,
@@ -55,7 +56,8 @@ def worker_record(supervisor: Supervised, ranks: list[dict[str, Any]]) -> Worker
 
 def rank_records(ranks: list[dict[str, Any]]) -> tuple[RankRecord, ...]:
     return tuple(
-        RankRecord(rank=r["rank"], host=r["host"], pid=r["pid"], rss_bytes=_rss(r["host"], r["pid"])) for r in ranks
+        RankRecord(rank=r["rank"], host=r["host"], pid=r["pid"], rss_bytes=_rss(r["host"], r["pid"]))
+        for r in ranks
     )
 
 

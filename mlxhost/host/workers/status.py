@@ -27,6 +27,30 @@ class WorkerUnavailable(Exception):
         self.code = code
         self.retry_after = retry_after
 
+    # What a request for a model is told while its worker is not ready and cannot be waited for.
+
+    @classmethod
+    def unloaded(cls, model: str) -> WorkerUnavailable:
+        return cls(f"the model '{model}' was unloaded", code="model_unloaded", retry_after=1.0)
+
+    @classmethod
+    def restarting(cls, model: str, eta: float) -> WorkerUnavailable:
+        """Held back by the crash-loop backoff; back in about `eta` seconds."""
+        return cls(
+            f"the model '{model}' is restarting after its worker exited; try again in about {eta:.0f}s",
+            code="model_restarting",
+            retry_after=eta,
+        )
+
+    @classmethod
+    def exhausted(cls, model: str, why: str, code: str) -> WorkerUnavailable:
+        """Given up on until an operator's restart."""
+        return cls(
+            f"the model '{model}' is not available: {why}. "
+            f"Fix the cause, then POST /admin/workers/{model}/restart or restart the host.",
+            code=code,
+        )
+
 
 @dataclass(frozen=True)
 class WorkerExit:

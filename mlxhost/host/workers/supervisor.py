@@ -3,9 +3,11 @@
     starting → ready → (restarting → ready)* → exhausted | closed
 
 This is the state machine, and what the pool and the relay see of a worker: whether it is ready,
-its requests in flight, its snapshot and its events. One process at a time runs as a
-`WorkerProcess` (`mlxhost.host.workers.process`: spawn, launch protocol, liveness, stop, exit), a
-warm standby's when one is ready (`mlxhost.host.workers.standby`), so that a respawn costs the model's load.
+its requests (`mlxhost.host.workers.requests`: in flight, waiting for it), its snapshot and its
+events. One process at a time runs as a `WorkerProcess` (`mlxhost.host.workers.process`: spawn,
+launch protocol, liveness, stop, exit), shaped as one interpreter or a group of ranks
+(`mlxhost.host.workers.group`), a warm standby's when one is ready
+(`mlxhost.host.workers.standby`), so that a respawn costs the model's load.
 After an unplanned exit the `RestartBudget` (`mlxhost.host.workers.restart_budget`) says whether to
 respawn, after what backoff, or to give up: a worker that cannot even be spawned is a failed start
 like any other, never the host's end, and a launch mismatch is not tried again. Once exhausted,
@@ -39,6 +41,7 @@ from mlxhost.host.workers.group import shape_of
 from mlxhost.host.workers.launch import launch_record
 from mlxhost.host.workers.pause_lease import pause_lease
 from mlxhost.host.workers.process import WorkerProcess
+from mlxhost.host.workers.requests import Requests
 from mlxhost.host.workers.restart_budget import GiveUp, RestartBudget
 from mlxhost.host.workers.snapshot import rank_records, worker_record
 from mlxhost.host.workers.standby import StandbyPool
@@ -91,10 +94,8 @@ class Supervisor:
         self.memory: MemoryReading | None = None
         self.ready_seconds: float | None = None  # spawn to ready, last time
         self.ready_since: float | None = None
-        self.in_flight = 0
-        self.waiting = 0  # requests waiting in wait_ready for it to become ready
+        self.requests = Requests()  # in flight on it, waiting in wait_ready for it, when last used
         self.retired = False  # the pool took it out of service (evicted or unloaded)
-        self.last_used = time.monotonic()
         self.client: WorkerClient | None = None
         self.paused_now = False  # a `paused()` block holds the running worker paused
         # Awaited before every spawn: returns once a process may start (no job holds the machine).
@@ -102,8 +103,6 @@ class Supervisor:
         self._standby = standby  # warm interpreters: a respawn takes one rather than spawning
         self._worker: WorkerProcess | None = None  # the process running now
         self._changed = anyio.Event()
-        self._idle = anyio.Event()
-        self._idle.set()
         self._terminate = anyio.Event()  # end the current process (stop, or a planned restart)
         self._resume = anyio.Event()  # an operator asked an exhausted worker to try again
         self._closing = False
@@ -131,31 +130,16 @@ class Supervisor:
         """
         while True:
             if self._closing or self.state is WorkerState.CLOSED:
-                raise WorkerUnavailable(
-                    f"the model '{self.id}' was unloaded", code="model_unloaded", retry_after=1.0
-                )
+                raise WorkerUnavailable.unloaded(self.id)
             if self.state is WorkerState.READY:
                 return
             if self.state is WorkerState.RESTARTING and time.monotonic() < self._backoff_until:
                 # When it should be back: what is left of the backoff, plus its last load time.
                 eta = max(1.0, math.ceil(self._back_at - time.monotonic()))
-                raise WorkerUnavailable(
-                    f"the model '{self.id}' is restarting after its worker exited; try again in "
-                    f"about {eta:.0f}s",
-                    code="model_restarting",
-                    retry_after=eta,
-                )
+                raise WorkerUnavailable.restarting(self.id, eta)
             if self.state is WorkerState.EXHAUSTED:
-                raise WorkerUnavailable(
-                    f"the model '{self.id}' is not available: {self._gave_up.why}. "
-                    f"Fix the cause, then POST /admin/workers/{self.id}/restart or restart the host.",
-                    code=self._gave_up.code,
-                )
-            self.waiting += 1
-            try:
-                await self._changed.wait()
-            finally:
-                self.waiting -= 1
+                raise WorkerUnavailable.exhausted(self.id, self._gave_up.why, self._gave_up.code)
+            await self.requests.wait(self._changed)
 
     @contextlib.contextmanager
     def lease(self) -> Iterator[int]:
@@ -164,16 +148,8 @@ class Supervisor:
         Take it right after `wait_ready` returned, with no await in between: the pool retires
         only workers with nothing in flight, so one found ready and leased at once stays routable.
         """
-        self.in_flight += 1
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        self.last_used = time.monotonic()
-        try:
+        with self.requests.lease():
             yield self.pid or 0
-        finally:
-            self.in_flight -= 1
-            self.last_used = time.monotonic()
-            if self.in_flight == 0:
-                self._idle.set()
 
     async def exit_of(self, pid: int, wait: float) -> WorkerExit | None:
         """The exit of process `pid`, waiting up to `wait` seconds for the supervisor to see it."""
@@ -302,7 +278,8 @@ class Supervisor:
     async def _exhausted(self, exit: WorkerExit, gave_up: GiveUp) -> None:
         """Refuse requests, saying why, until an operator's restart (or a stop)."""
         logger.error(
-            "worker %s: %s; not starting it again until POST /admin/workers/%s/restart", self.id, gave_up.why, self.id
+            "worker %s: %s; not starting it again until POST /admin/workers/%s/restart",
+            self.id, gave_up.why, self.id,
         )
         self._gave_up = gave_up
         self._set_state(WorkerState.EXHAUSTED)
@@ -371,7 +348,8 @@ class Supervisor:
 
     def _ready(self, pid: int, seconds: float) -> None:
         self.ready_seconds = seconds
-        self.ready_since = self.last_used = time.monotonic()  # idle from now: a slow load is no idleness
+        # Idle from now: a slow load is no idleness.
+        self.ready_since = self.requests.last_used = time.monotonic()
         self.client = WorkerClient(str(self.socket_path))
         logger.info("worker %s: ready (pid %d) in %.2fs", self.id, pid, seconds)
         ranks = rank_records(self._worker.shape.ranks if self._worker is not None else [])
@@ -384,10 +362,9 @@ class Supervisor:
 
     async def _drain(self) -> None:
         """Before the process is asked to stop: let its requests finish, unless stopping at once."""
-        if (self._drain_on_stop or self._planned_restart) and self.in_flight:
-            logger.info("worker %s: draining %d request(s)", self.id, self.in_flight)
-            with anyio.move_on_after(self.settings.drain_timeout):
-                await self._idle.wait()
+        if (self._drain_on_stop or self._planned_restart) and self.requests.in_flight:
+            logger.info("worker %s: draining %d request(s)", self.id, self.requests.in_flight)
+            await self.requests.drain(self.settings.drain_timeout)
 
     def _exited(self, exit: WorkerExit) -> None:
         self.last_exit = exit
