@@ -97,7 +97,7 @@ def main() -> None:
     rank = int(os.environ.get("MLX_RANK", "0"))
     if record.sharding is not None and rank != 0:
         # A follower rank of a group: no socket, no reports; rank 0 speaks for the group.
-        from mlxhost.worker.engine.engine import serve_follower
+        from mlxhost.worker.engine.loading import serve_follower
         from mlxhost.worker.serve import engine_options
 
         serve_follower(Path(record.model_path), engine_options(settings, sharding=record.sharding), lambda: None)

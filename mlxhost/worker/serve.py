@@ -19,7 +19,8 @@ from mlxhost.runtime.shutdown import Shutdown
 from mlxhost.wire.layout import state_dir
 from mlxhost.worker.api.serving import Serving
 from mlxhost.worker.app import create_app
-from mlxhost.worker.engine.engine import Engine, EngineOptions
+from mlxhost.worker.engine.engine import Engine
+from mlxhost.worker.engine.options import EngineOptions
 
 __all__ = ["engine_options", "serve_model"]
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from mlxhost.wire.chunks import Delta
-from mlxhost.worker.engine.engine import Engine, EngineOptions
+from mlxhost.worker.engine.engine import Engine
 from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, ThinkingBudget
+from mlxhost.worker.engine.options import EngineOptions
 
 
 @pytest.fixture
@@ -79,7 +80,9 @@ async def test_a_thinking_budget_ends_the_think_block_after_that_many_tokens(tin
             start, end = engine.tokenizer.think_ids
             prompt = [*await engine.encode("Think first."), start]  # the prompt opens the block
             limit = None if budget is None else ThinkingBudget(budget, start, end, open=True)
-            request = GenerationRequest(prompt, 12, SamplingParams(temperature=0.0), logprobs=0, thinking_budget=limit)
+            request = GenerationRequest(
+                prompt, 12, SamplingParams(temperature=0.0), logprobs=0, thinking_budget=limit
+            )
             async with engine.generate(request) as session:
                 return [lp.token for delta in [d async for d in session] for lp in delta.logprobs or ()]
 

@@ -24,11 +24,12 @@ from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.tool_parsers.json_tools import parse_tool_call
 
-from mlxhost.worker.engine.engine import Engine, EngineOptions
+from mlxhost.worker.engine.engine import Engine
 from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams
 from mlxhost.worker.engine.grammar import GrammarError, GrammarSpec, ToolSpec
 from mlxhost.worker.engine.grammar_compiler import Grammars
 from mlxhost.worker.engine.grammar_mask import Grammar
+from mlxhost.worker.engine.options import EngineOptions
 
 Processor = Callable[[mx.array, mx.array], mx.array]
 

@@ -7,9 +7,7 @@ sessions, hands them to the generation thread, passes each session the output th
 back, and says when everything is idle or a session has finished. It also holds the pause gate
 that pause.py closes for a managed job: `close_gate`, `wait_quiet`, `open_gate`.
 
-With a state directory and a disk bound, the prompt cache gets its disk tier (cache/disk.py)
-once the model is loaded: the model's fingerprint names its folder, and a probe cache (one token
-through the model) gives the signature every loaded cache must match.
+The generation thread loads the model first (loading.py), with the prompt cache's disk tier.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -29,59 +26,25 @@ from typing import Any
 import anyio
 import anyio.abc
 import mlx.core as mx
-import mlx_lm
-from mlx_lm.generate import BatchGenerator
-from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache, make_prompt_cache
-from mlx_lm.utils import sharded_load
+from mlx_lm.models.cache import make_prompt_cache
 
-from mlxhost.worker.cache.disk import PromptStore
-from mlxhost.worker.cache.files import cache_signature
-from mlxhost.worker.cache.folder import (
-    keep_signature,
-    kept_signature,
-    make_folder,
-    model_fingerprint,
-    store_folder,
-)
-from mlxhost.worker.cache.memory import PromptCache, PromptCacheStatistics
-from mlxhost.worker.engine.batching import Batching, EngineFailed, Outputs
+from mlxhost.worker.cache.memory import PromptCacheStatistics
+from mlxhost.worker.engine.batching import Batching, Outputs
 from mlxhost.worker.engine.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.engine.grammar_compiler import Grammars
-from mlxhost.worker.engine.group import SEED, LeadingGenerator, Link, describe_ranks, follow
+from mlxhost.worker.engine.group import LeadingGenerator, Link
+from mlxhost.worker.engine.loading import (
+    load_model,
+    logits_width,
+    make_generator,
+    open_disk_tier,
+    prompt_cache_of,
+    wants_snapshots,
+)
+from mlxhost.worker.engine.options import EngineOptions
 from mlxhost.worker.engine.tokenizer import Tokenizer, context_length
 
-__all__ = [
-    "Engine",
-    "EngineFailed",
-    "EngineOptions",
-    "EngineStatistics",
-    "EngineStopped",
-    "make_generator",
-    "serve_follower",
-]
-
-logger = logging.getLogger("mlxhost.engine")
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    max_batch: int = 32
-    prefill_batch: int = 8
-    prefill_step: int = 2048
-    prompt_cache_entries: int = 10
-    prompt_cache_bytes: int = 1 << 30
-    # The disk tier: at most this many bytes under <state_dir>/prompt-cache/ (0 or no state_dir:
-    # memory only).
-    prompt_cache_disk_bytes: int = 0
-    state_dir: Path | None = None
-    # Decoded text reaches the event loop at most this often (first tokens and endings at once).
-    # Each hand-over wakes the loop, whose Python then holds the GIL the generation thread needs
-    # between steps; readers send frames only every stream_interval anyway.
-    publish_interval: float = 0.0
-    adapter_path: str | None = None  # LoRA adapters (mlx-lm's adapter directory) loaded over the model
-    # In a worker group (group.py): how the model is split across the ranks of MLX's distributed
-    # group, "tensor" or "pipeline"; this engine is rank 0's. None: a single worker.
-    sharding: str | None = None
+__all__ = ["Engine", "EngineStatistics", "EngineStopped"]
 
 
 @dataclass(frozen=True)
@@ -182,14 +145,10 @@ class Engine:
         """The generation thread: load the model, then batch until the engine stops."""
         began = time.perf_counter()
         options = self.options
-        if options.sharding is not None:
-            model, loaded, self.ranks = load_shard(self.model_path, options.sharding)
-        else:
-            model, loaded = mlx_lm.load(str(self.model_path), adapter_path=options.adapter_path)[:2]
+        model, loaded, self.ranks = load_model(self.model_path, options)
         tokenizer = self._tokenizer = Tokenizer(loaded)
         self.vocab_size = tokenizer.vocab_size
-        logits = getattr(getattr(model, "args", None), "vocab_size", None)
-        self._batching.vocab_size = logits if isinstance(logits, int) else tokenizer.vocab_size
+        self._batching.vocab_size = logits_width(model, tokenizer)
         self.grammars = Grammars(loaded, self._batching.vocab_size)
         self.max_token_chars = tokenizer.max_token_chars
         self.context_length = context_length(model)
@@ -199,44 +158,15 @@ class Engine:
         generator: Any = make_generator(model, tokenizer.decoder.eos_token_ids, options)
         if options.sharding is not None:
             generator = LeadingGenerator(generator, Link(mx.distributed.init(), generator.stream))
-        disk = self._open_disk_tier(model)
+        # A cache of this model: its layer classes (and, after one token, its shapes and dtypes).
+        probe = make_prompt_cache(model)
+        self._batching.snapshots = wants_snapshots(probe)
+        disk = open_disk_tier(model, probe, self.model_path, options, self._prompt_cache)
         try:
             self._batching.run(generator, tokenizer, started)
         finally:
             if disk is not None:
                 disk.close()  # the queued writes finish first
-
-    def _open_disk_tier(self, model: object) -> PromptStore | None:
-        # A cache of this model after one token: its layer classes, shapes and dtypes.
-        probe = make_prompt_cache(model)  # type: ignore[arg-type]
-        plain = (KVCache, QuantizedKVCache, ConcatenateKVCache)
-        self._batching.snapshots = any(not isinstance(layer, plain) for layer in probe)
-        if self.options.sharding is not None:
-            # A group keeps its prompt cache in memory only: each rank's files would hold its
-            # own shard, and a rank's loader thread would take entries in when it pleased.
-            return None
-        options = self.options
-        if not (self._prompt_cache.enabled and options.prompt_cache_disk_bytes > 0 and options.state_dir):
-            return None
-        if not self.model_path.is_dir():
-            return None
-        adapter = Path(options.adapter_path) if options.adapter_path else None
-        try:
-            fingerprint = model_fingerprint(self.model_path, adapter)
-            folder = store_folder(options.state_dir, self.model_path, fingerprint)
-            make_folder(folder, self.model_path, adapter, fingerprint)  # with the record of its model
-            signature = kept_signature(folder)
-            if signature is None:
-                model(mx.array([[0]]), cache=probe)  # type: ignore[operator]
-                mx.eval([layer.state for layer in probe])
-                signature = cache_signature(probe)
-                keep_signature(folder, signature)
-            store = PromptStore(folder, options.prompt_cache_disk_bytes, signature)
-        except OSError as exc:
-            logger.warning("prompt cache: no disk tier: %s", exc)
-            return None
-        self._prompt_cache.disk = store
-        return store
 
     # -- event loop side ---------------------------------------------------------------------
 
@@ -392,45 +322,3 @@ class Engine:
         if not self._sessions:
             self._idle.set()
 
-
-def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOptions) -> BatchGenerator:
-    """The BatchGenerator an engine steps; every rank of a group builds the same one."""
-    return BatchGenerator(
-        model,
-        stop_tokens=[[t] for t in eos_token_ids],
-        completion_batch_size=options.max_batch,
-        prefill_batch_size=options.prefill_batch,
-        prefill_step_size=options.prefill_step,
-    )
-
-
-def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """This rank's shard of the model, the tokenizer, and every rank (once all have loaded)."""
-    group = mx.distributed.init(strict=True)
-    if sharding == "tensor":
-        model, tokenizer = sharded_load(str(model_path), tensor_group=group)
-    elif sharding == "pipeline":
-        model, tokenizer = sharded_load(str(model_path), pipeline_group=group)
-    else:
-        raise ValueError(f"sharding must be 'tensor' or 'pipeline', not {sharding!r}")
-    mx.random.seed(SEED)  # every rank samples alike (see group.py)
-    return model, tokenizer, describe_ranks(group)
-
-
-def serve_follower(model_path: Path, options: EngineOptions, on_loaded: Callable[[], object]) -> None:
-    """A follower rank of a group: load its shard, then make rank 0's calls until it closes."""
-    assert options.sharding is not None
-    model, loaded, _ = load_shard(model_path, options.sharding)
-    tokenizer = Tokenizer(loaded)
-    logits = getattr(getattr(model, "args", None), "vocab_size", None)
-    vocab_size = logits if isinstance(logits, int) else tokenizer.vocab_size
-    generator = make_generator(model, tokenizer.decoder.eos_token_ids, options)
-    on_loaded()
-    follow(generator, Link(mx.distributed.init(), generator.stream), vocab_size, prompt_cache_of(options))
-
-
-def prompt_cache_of(options: EngineOptions) -> PromptCache:
-    """The memory tier an engine keeps; every rank of a group keeps the same (see group.py)."""
-    # A pipelined group keeps none: its ranks' shards of an entry differ in size (group.py).
-    entries = 0 if options.sharding == "pipeline" else options.prompt_cache_entries
-    return PromptCache(entries, options.prompt_cache_bytes)

@@ -1,0 +1,148 @@
+"""Loading a model for the engine: the model (or this rank's shard of it), the BatchGenerator that
+steps it, and its prompt cache with the cache's disk tier.
+
+The engine (engine.py) loads in its generation thread, where every MLX operation runs. A follower
+rank of a group (group.py) loads its shard the same way, then follows rank 0 (`serve_follower`).
+
+With a state directory and a disk bound, the prompt cache gets its disk tier (cache/disk.py)
+once the model is loaded: the model's fingerprint names its folder, and a probe cache (one token
+through the model) gives the signature every loaded cache must match.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx_lm
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache
+from mlx_lm.utils import sharded_load
+
+from mlxhost.worker.cache.disk import PromptStore
+from mlxhost.worker.cache.files import cache_signature
+from mlxhost.worker.cache.folder import (
+    keep_signature,
+    kept_signature,
+    make_folder,
+    model_fingerprint,
+    store_folder,
+)
+from mlxhost.worker.cache.memory import PromptCache
+from mlxhost.worker.engine.group import SEED, Link, describe_ranks, follow
+from mlxhost.worker.engine.options import EngineOptions
+from mlxhost.worker.engine.tokenizer import Tokenizer
+
+__all__ = [
+    "load_model",
+    "load_shard",
+    "logits_width",
+    "make_generator",
+    "open_disk_tier",
+    "prompt_cache_of",
+    "serve_follower",
+    "wants_snapshots",
+]
+
+logger = logging.getLogger("mlxhost.engine")
+
+
+def load_model(model_path: Path, options: EngineOptions) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """The model (in a group, this rank's shard), mlx-lm's tokenizer, and the group's ranks
+    (none for a single worker)."""
+    if options.sharding is not None:
+        return load_shard(model_path, options.sharding)
+    model, loaded = mlx_lm.load(str(model_path), adapter_path=options.adapter_path)[:2]
+    return model, loaded, []
+
+
+def logits_width(model: Any, tokenizer: Tokenizer) -> int:
+    """The width of the model's logits, which may exceed the tokenizer's own count."""
+    logits = getattr(getattr(model, "args", None), "vocab_size", None)
+    return logits if isinstance(logits, int) else tokenizer.vocab_size
+
+
+def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOptions) -> BatchGenerator:
+    """The BatchGenerator an engine steps; every rank of a group builds the same one."""
+    return BatchGenerator(
+        model,
+        stop_tokens=[[t] for t in eos_token_ids],
+        completion_batch_size=options.max_batch,
+        prefill_batch_size=options.prefill_batch,
+        prefill_step_size=options.prefill_step,
+    )
+
+
+def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """This rank's shard of the model, the tokenizer, and every rank (once all have loaded)."""
+    group = mx.distributed.init(strict=True)
+    if sharding == "tensor":
+        model, tokenizer = sharded_load(str(model_path), tensor_group=group)
+    elif sharding == "pipeline":
+        model, tokenizer = sharded_load(str(model_path), pipeline_group=group)
+    else:
+        raise ValueError(f"sharding must be 'tensor' or 'pipeline', not {sharding!r}")
+    mx.random.seed(SEED)  # every rank samples alike (see group.py)
+    return model, tokenizer, describe_ranks(group)
+
+
+def serve_follower(model_path: Path, options: EngineOptions, on_loaded: Callable[[], object]) -> None:
+    """A follower rank of a group: load its shard, then make rank 0's calls until it closes."""
+    assert options.sharding is not None
+    model, loaded, _ = load_shard(model_path, options.sharding)
+    tokenizer = Tokenizer(loaded)
+    vocab_size = logits_width(model, tokenizer)
+    generator = make_generator(model, tokenizer.decoder.eos_token_ids, options)
+    on_loaded()
+    follow(generator, Link(mx.distributed.init(), generator.stream), vocab_size, prompt_cache_of(options))
+
+
+def prompt_cache_of(options: EngineOptions) -> PromptCache:
+    """The memory tier an engine keeps; every rank of a group keeps the same (see group.py)."""
+    # A pipelined group keeps none: its ranks' shards of an entry differ in size (group.py).
+    entries = 0 if options.sharding == "pipeline" else options.prompt_cache_entries
+    return PromptCache(entries, options.prompt_cache_bytes)
+
+
+def wants_snapshots(probe: list[Any]) -> bool:
+    """Whether the batch keeps a snapshot at the end of each prompt for a model whose cache is
+    like `probe`: one that may become untrimmable (a trimmable one's final entry covers it)."""
+    plain = (KVCache, QuantizedKVCache, ConcatenateKVCache)
+    return any(not isinstance(layer, plain) for layer in probe)
+
+
+def open_disk_tier(
+    model: Any, probe: list[Any], model_path: Path, options: EngineOptions, prompt_cache: PromptCache
+) -> PromptStore | None:
+    """Give `prompt_cache` its disk tier, if the options ask for one; the store, to close at the end.
+
+    `probe`: a fresh cache of `model` (mlx-lm's `make_prompt_cache`), which takes one token
+    through the model when the folder has no signature yet."""
+    if options.sharding is not None:
+        # A group keeps its prompt cache in memory only: each rank's files would hold its
+        # own shard, and a rank's loader thread would take entries in when it pleased.
+        return None
+    if not (prompt_cache.enabled and options.prompt_cache_disk_bytes > 0 and options.state_dir):
+        return None
+    if not model_path.is_dir():
+        return None
+    adapter = Path(options.adapter_path) if options.adapter_path else None
+    try:
+        fingerprint = model_fingerprint(model_path, adapter)
+        folder = store_folder(options.state_dir, model_path, fingerprint)
+        make_folder(folder, model_path, adapter, fingerprint)  # with the record of its model
+        signature = kept_signature(folder)
+        if signature is None:
+            model(mx.array([[0]]), cache=probe)
+            mx.eval([layer.state for layer in probe])
+            signature = cache_signature(probe)
+            keep_signature(folder, signature)
+        store = PromptStore(folder, options.prompt_cache_disk_bytes, signature)
+    except OSError as exc:
+        logger.warning("prompt cache: no disk tier: %s", exc)
+        return None
+    prompt_cache.disk = store
+    return store
