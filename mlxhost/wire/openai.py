@@ -22,7 +22,7 @@ MAX_CHOICES = 8  # `n`: choices are sequences of one batch, so a few cost little
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 StopString = Annotated[str, Field(min_length=1, max_length=512)]
-# A request may ask for more than fits (it gets what fits, see worker/api/generation.py), but not for a
+# A request may ask for more than fits (it gets what fits, see worker/api/request.py), but not for a
 # number no count of tokens could be.
 MaxTokens = Annotated[int, Field(ge=1, le=2**31 - 1)]
 

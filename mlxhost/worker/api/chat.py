@@ -30,13 +30,13 @@ from mlxhost.worker.api.conversation import (
     prepare,
     tool_call_message,
 )
-from mlxhost.worker.api.generation import (
+from mlxhost.worker.api.openai_writer import ChatWriter
+from mlxhost.worker.api.request import (
     cache_namespace,
     check_characters,
     choice_generations,
     generation_request,
 )
-from mlxhost.worker.api.openai_writer import ChatWriter
 from mlxhost.worker.api.serving import read_body, serving
 
 __all__ = ["chat_completions", "chat_conversation"]

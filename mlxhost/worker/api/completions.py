@@ -17,13 +17,13 @@ from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openai import CompletionRequest
 from mlxhost.wire.parsing import parse_body, too_long
 from mlxhost.worker.api.answer import respond_choices
-from mlxhost.worker.api.generation import (
+from mlxhost.worker.api.openai_writer import CompletionWriter
+from mlxhost.worker.api.request import (
     cache_namespace,
     check_characters,
     choice_generations,
     generation_request,
 )
-from mlxhost.worker.api.openai_writer import CompletionWriter
 from mlxhost.worker.api.serving import read_body, serving
 
 __all__ = ["completions"]

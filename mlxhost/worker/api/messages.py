@@ -52,13 +52,13 @@ from mlxhost.worker.api.conversation import (
     prepare,
     tool_call_message,
 )
-from mlxhost.worker.api.generation import (
+from mlxhost.worker.api.messages_writer import MessagesWriter
+from mlxhost.worker.api.request import (
     GenerationSettings,
     cache_namespace,
     check_characters,
     generation_request,
 )
-from mlxhost.worker.api.messages_writer import MessagesWriter
 from mlxhost.worker.api.serving import Serving, read_body, serving
 
 __all__ = ["count_tokens", "messages", "messages_conversation"]

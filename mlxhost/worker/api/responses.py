@@ -52,7 +52,7 @@ from mlxhost.worker.api.conversation import (
     prepare,
     tool_call_message,
 )
-from mlxhost.worker.api.generation import GenerationSettings, check_characters, generation_request
+from mlxhost.worker.api.request import GenerationSettings, check_characters, generation_request
 from mlxhost.worker.api.responses_writer import ResponsesWriter, echo
 from mlxhost.worker.api.serving import Serving, read_body, serving
 from mlxhost.worker.engine.generation import GenerationRequest

@@ -17,7 +17,7 @@ chat extends even when the chat template rewrote the reply.
 
 Behind the memory tier is an optional disk tier (cache/disk.py, `disk`): whatever is kept here
 is also written there, and a prompt the disk can start much further along is loaded from it
-first (engine/admission.py hands it to the store's loader thread).
+first (engine/intake.py hands it to the store's loader thread).
 
 A cache that holds NaN or infinite values is never kept: whatever starts from it answers padding
 (its logits are NaN), so such a cache, and the entries on its tokens' path it may have started

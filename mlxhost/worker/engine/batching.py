@@ -1,7 +1,7 @@
 """The generation thread: continuous batching over mlx-lm's BatchGenerator.
 
 MLX streams belong to the thread that made them, so every MLX operation runs in this one thread.
-It loops over the BatchGenerator: between two steps it takes in new sessions (admission.py),
+It loops over the BatchGenerator: between two steps it takes in new sessions (intake.py),
 removes cancelled ones (their KV cache goes with them), and after each step hands each session's
 new text to the event loop without ever waiting for it. `mx.eval` releases the GIL, so the event
 loop keeps serving while a step computes. The event loop only submits sessions, sets their cancel
@@ -29,10 +29,10 @@ from mlxhost.runtime.shutdown import exit_now
 from mlxhost.wire.chunks import Delta, TokenLogprob
 from mlxhost.wire.launch import EXIT_GROUP_BROKEN
 from mlxhost.worker.cache.memory import PromptCache
-from mlxhost.worker.engine.admission import Admission, Row
 from mlxhost.worker.engine.cache_keeping import keep_finished, keep_removed, keep_snapshots
 from mlxhost.worker.engine.generation import GenerationSession
 from mlxhost.worker.engine.group import LeadingGenerator
+from mlxhost.worker.engine.intake import Intake, Row
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
 __all__ = ["Batching", "Counters", "EngineFailed", "Outputs"]
@@ -66,10 +66,10 @@ class Batching:
     def __init__(
         self, prompt_cache: PromptCache, publish_interval: float, hand_over: Callable[[Outputs], None]
     ) -> None:
-        # Touched by the event loop too: sessions come in through `admission`, `wake` rouses the
+        # Touched by the event loop too: sessions come in through `intake`, `wake` rouses the
         # thread, `stopping` ends it once no session is left.
         self.wake = threading.Event()
-        self.admission = Admission(prompt_cache, self.wake)
+        self.intake = Intake(prompt_cache, self.wake)
         self.stopping = False
         # The pause gate, closed and opened by the engine: while `paused`, no session is taken
         # in. Each closing gets a new `pause_number`; once the batch is empty the thread frees
@@ -108,7 +108,7 @@ class Batching:
                     self._take_incoming(generator)
                     self._remove_cancelled(generator)
                     if not self.rows:
-                        if self.stopping and self.admission.idle():
+                        if self.stopping and self.intake.idle():
                             return
                         self._quiet_if_paused()
                         self.busy_since = None
@@ -148,7 +148,7 @@ class Batching:
             self.on_quiet(number)
 
     def _take_incoming(self, generator: Any) -> None:
-        taken = self.admission.take(generator, self._tokenizer, self.vocab_size, self.paused)
+        taken = self.intake.take(generator, self._tokenizer, self.vocab_size, self.paused)
         if taken is None:
             return
         cancelled, rows = taken

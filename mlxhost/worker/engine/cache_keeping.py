@@ -3,7 +3,7 @@
 The prompt cache gets what the batch can give it: the KV of every generation that ends with its
 cache intact (finished, stopped by a stop string, or cancelled), and, for models whose cache
 cannot be trimmed, a snapshot at the end of each prompt. Where a row starts from the cache is
-admission's part (admission.py); when rows end, the step loop's (batching.py). In a group, each
+intake's part (intake.py); when rows end, the step loop's (batching.py). In a group, each
 follower keeps the same entries in the same order (`follow` in group.py).
 
 Runs in the generation thread only.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxhost.worker.cache.memory import PromptCache
-from mlxhost.worker.engine.admission import Row
+from mlxhost.worker.engine.intake import Row
 
 __all__ = ["keep_finished", "keep_removed", "keep_snapshots"]
 

@@ -193,7 +193,7 @@ class Engine:
         if not self._sessions:
             self._idle = anyio.Event()
         self._sessions.add(session)
-        self._batching.admission.submit(session)
+        self._batching.intake.submit(session)
         return session
 
     @asynccontextmanager
@@ -230,7 +230,7 @@ class Engine:
         c = self._batching.counters
         return EngineStatistics(
             active=len(self._batching.rows),
-            waiting=self._batching.admission.waiting,
+            waiting=self._batching.intake.waiting,
             steps=c.steps,
             prompt_tokens=c.prompt_tokens,
             generated_tokens=c.generated_tokens,

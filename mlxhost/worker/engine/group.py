@@ -201,7 +201,7 @@ def follow(
 
     The prompt cache follows too. A rank's cache holds its own shard of each entry, but which
     entries it holds, and which one a prompt starts from, must be rank 0's: so every call that
-    takes or keeps an entry on rank 0 (admission.py, cache_keeping.py) is made here with the same
+    takes or keeps an entry on rank 0 (intake.py, cache_keeping.py) is made here with the same
     tokens, in the same order, under the same bounds. Each take is checked against rank 0's: a
     follower that starts a row from another entry would pair the wrong KV with rank 0's, and
     `GroupDiverged` ends the group instead.

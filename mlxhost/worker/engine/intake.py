@@ -1,4 +1,4 @@
-"""Admission: sessions on their way from the event loop into the batch.
+"""Intake: sessions on their way from the event loop into the batch.
 
 The event loop submits sessions (`submit`); between two steps the generation thread takes them
 in (`take`) and inserts them into the BatchGenerator, each row starting from the longest entry
@@ -30,7 +30,7 @@ from mlxhost.worker.engine.sampling import SamplerCache, processors_for
 from mlxhost.worker.engine.textstream import TextStream
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
-__all__ = ["Admission", "Row"]
+__all__ = ["Intake", "Row"]
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Row:
     grammar: GrammarProcessor | None = None  # its output's constraint, which may fail
 
 
-class Admission:
+class Intake:
     """The sessions submitted and not yet in the batch, and their way in."""
 
     def __init__(self, prompt_cache: PromptCache, wake: threading.Event) -> None:
