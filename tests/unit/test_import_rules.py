@@ -33,12 +33,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, name: str | None = None) -> Iterator[str]:
-    """Every module `path` (the module `name`) imports, absolute, including inside functions."""
+def _imports(path: Path, name: str | None = None, tree: ast.AST | None = None) -> Iterator[str]:
+    """Every module `path` (the module `name`; its `tree` if given) imports, absolute, including
+    inside functions."""
     package = (name or _module_name(path)).split(".")
     if path.name != "__init__.py":
         package.pop()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree or ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -223,19 +224,7 @@ def _runtime_imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             node.body = [ast.Pass()]
-    package = _module_name(path).split(".")
-    if path.name != "__init__.py":
-        package.pop()
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join([*base, node.module] if node.module else base)
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-    return found
+    return set(_imports(path, tree=tree))
 
 
 def _reaching_up(modules: dict[str, set[str]], floors: list[list[str]]) -> list[str]:
