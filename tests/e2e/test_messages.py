@@ -47,8 +47,9 @@ CITIES = ["Paris", "Lagos", "Lima", "Oslo", "Kyoto", "Quito", "Perth", "Cairo", 
 GREEDY = {"temperature": 0.0}
 # One call, its strings bounded: the grammar ends it, so it never runs this long.
 TOOL_TOKENS = 300
-# Exactly one call. Allowed more, the random model (where a real one would stop) goes on calling
-# as often as not, and the answer ends at max_tokens: see test_parallel_calls_are_blocks_each.
+# Exactly one call (a named tool is one call whatever disable_parallel_tool_use says). Allowed
+# more (`any`), the random model (where a real one would stop) goes on calling as often as not, and
+# the answer ends at max_tokens: see test_parallel_calls_are_blocks_each.
 ONE_WEATHER_CALL: Any = {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}
 
 
@@ -173,13 +174,59 @@ def test_parallel_calls_are_blocks_each(client: anthropic.Anthropic) -> None:
         max_tokens=TOOL_TOKENS,
         messages=HELLO,
         tools=[WEATHER],
-        tool_choice={"type": "tool", "name": "get_weather"},
+        tool_choice={"type": "any"},
     )
     calls = [block for block in message.content if block.type == "tool_use"]
     assert calls and all(validator.is_valid(call.input) for call in calls)
     assert len({call.id for call in calls}) == len(calls)
-    # A call cut off by max_tokens is no call: it is left as text.
+    # A call cut off by max_tokens is no call, and no text either (the next test).
     assert message.stop_reason in ("tool_use", "max_tokens")
+    assert all(block.type == "tool_use" for block in message.content), message.content
+
+
+def test_a_named_tool_is_one_call_whatever_parallel_use_says(client: anthropic.Anthropic) -> None:
+    def ask(i: int) -> Message:
+        return client.messages.create(
+            model="tiny",
+            max_tokens=TOOL_TOKENS,
+            extra_body={"temperature": 1.0},
+            messages=HELLO,
+            tools=[WEATHER],
+            tool_choice={"type": "tool", "name": "get_weather"},  # parallel use left allowed
+        )
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        for message in pool.map(ask, range(12)):
+            assert message.stop_reason == "tool_use", message.content
+            assert _tool_use(message).name == "get_weather"
+
+
+def test_a_call_cut_by_max_tokens_leaves_no_markup_as_text(client: anthropic.Anthropic) -> None:
+    """Calls that completed stay whole; the one max_tokens cut is neither a call nor text."""
+    validator = jsonschema_rs.validator_for(WEATHER["input_schema"])
+    for max_tokens in (6, 20, 45, 90):
+        message = client.messages.create(
+            model="tiny",
+            max_tokens=max_tokens,
+            extra_body={"temperature": 1.0},
+            messages=HELLO,
+            tools=[WEATHER],
+            tool_choice={"type": "any"},
+        )
+        assert message.stop_reason in ("max_tokens", "tool_use"), message
+        assert all(block.type == "tool_use" for block in message.content), message.content
+        assert all(validator.is_valid(block.input) for block in message.content)
+        with client.messages.stream(
+            model="tiny",
+            max_tokens=max_tokens,
+            extra_body={"temperature": 1.0},
+            messages=HELLO,
+            tools=[WEATHER],
+            tool_choice={"type": "any"},
+        ) as stream:
+            streamed = stream.get_final_message()
+        assert [b.type for b in streamed.content] == [b.type for b in message.content]
+        assert streamed.stop_reason == message.stop_reason
 
 
 def test_any_tool_with_parallel_use_disabled_makes_one_call(client: anthropic.Anthropic) -> None:

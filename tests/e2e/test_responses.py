@@ -361,6 +361,25 @@ def test_max_output_tokens_leaves_it_incomplete(client: openai.OpenAI) -> None:
     assert events[-1].response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
 
 
+def test_a_call_cut_by_max_output_tokens_is_incomplete_and_never_text(client: openai.OpenAI) -> None:
+    for limit in (16, 40):
+        reply = client.responses.create(
+            model="tiny",
+            input=ASK,
+            tools=[WEATHER, CLOCK],
+            tool_choice="required",
+            temperature=1.0,
+            max_output_tokens=limit,
+        )
+        # Nothing of the cut call is text: a reply with no call that completed is one empty message.
+        assert reply.output_text == "" and "tool_call>" not in reply.model_dump_json()
+        if reply.status == "incomplete":
+            assert reply.incomplete_details is not None
+            assert reply.incomplete_details.reason == "max_output_tokens"
+        for call in calls(reply):  # those that completed, whole
+            assert valid(call.name, call.arguments), call.arguments
+
+
 def test_reasoning_effort_reaches_the_template(client: openai.OpenAI) -> None:
     plain = client.responses.create(model="tiny", input=ASK, max_output_tokens=2)
     # No thinking: the demo template closes an empty think block in the prompt, as Qwen3's does.

@@ -76,6 +76,39 @@ def test_a_named_tool_is_called_with_valid_arguments_every_time(client: openai.O
         assert valid(WEATHER_PARAMETERS, call.function.arguments), call.function.arguments
 
 
+def test_a_named_tool_is_one_call_when_parallel_calls_are_left_on(client: openai.OpenAI) -> None:
+    for seed in range(8):
+        reply = client.chat.completions.create(
+            model="tiny",
+            messages=ASK,
+            tools=[WEATHER, CLOCK],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            temperature=1.0,
+            seed=seed,
+            max_tokens=120,
+        )
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        [call] = choice.message.tool_calls or []
+        assert call.function.name == "get_weather"
+
+
+def test_a_call_cut_by_max_tokens_is_length_and_never_text(client: openai.OpenAI) -> None:
+    for max_tokens in (6, 20, 45):
+        request: dict[str, Any] = {
+            "model": "tiny", "messages": ASK, "tools": [WEATHER, CLOCK], "tool_choice": "required",
+            "temperature": 1.0, "seed": max_tokens, "max_tokens": max_tokens,
+        }  # fmt: skip
+        choice = client.chat.completions.create(**request).choices[0]
+        assert choice.finish_reason in ("length", "tool_calls"), choice
+        assert not choice.message.content, choice.message.content
+        for call in choice.message.tool_calls or []:  # those that completed, whole
+            assert valid(SCHEMAS[call.function.name], call.function.arguments)
+        chunks = list(client.chat.completions.create(**request, stream=True))
+        assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == choice.finish_reason
+
+
 def test_a_required_tool_is_one_of_those_offered_every_time(client: openai.OpenAI) -> None:
     names = set()
     for seed in range(RUNS):

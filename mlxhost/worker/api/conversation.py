@@ -232,7 +232,9 @@ def _grammar_spec(engine: Engine, conversation: Conversation) -> GrammarSpec | N
             tools=tuple(
                 ToolSpec(t.name, closed(t.parameters) if t.strict else t.parameters, t.param) for t in tools
             ),
-            parallel=conversation.parallel_tool_calls,
+            # A named function is one call, as OpenAI's and vLLM's named choice is, whatever
+            # parallel_tool_calls says; `required` may make several when they are allowed.
+            parallel=conversation.parallel_tool_calls and choice.mode != "named",
             call_start=markers.call_start,
             call_end=markers.call_end,
         )

@@ -91,6 +91,7 @@ class OutputParser:
         # Just past a marker: the newlines a template writes after one are layout, not text.
         self._trim = self._mode is _Mode.REASONING
         self.calls_made = 0
+        self.calls_cut = 0  # calls the text ended inside of
 
     def feed(self, text: str) -> Output:
         out = Output()
@@ -112,12 +113,15 @@ class OutputParser:
         return out
 
     def finish(self) -> Output:
-        """The text ended: whatever is held is what it is; a call never closed is left as text."""
+        """The text ended: whatever is held is what it is; a call never closed is dropped."""
         out = Output()
         held, self._held = self._held, ""
         if self._mode is _Mode.CALL:
-            # Cut off (by max_tokens, or a stop string): not a call the client could make.
-            out.content += f"{self._markers.call_start}{self._call}{held}"
+            # Cut off (by max_tokens, or a stop string): not a call the client could make, and its
+            # markup is not an answer either (as text it would read as one, ahead of the calls
+            # that did complete). The finish reason says the output was cut.
+            logger.info("a tool call was cut off before its end marker; it is dropped")
+            self.calls_cut += 1
             self._call = ""
             self._mode = _Mode.ANSWER
         else:
