@@ -254,7 +254,9 @@ def test_a_full_queue_refuses_cleanly_and_a_cancelled_job_frees_its_slot(host: R
             assert f"({MAX_QUEUED})" in refused.json()["error"]["message"]
             assert int(refused.headers["retry-after"]) > 0
         finally:
-            for job_id in [running["id"], *queued]:
+            # The line first: cancelled first, the running job would hand the machine to the next
+            # one in line before its own cancel arrived (seen under load), and that one would run.
+            for job_id in [*queued, running["id"]]:
                 admin.post(f"/admin/jobs/{job_id}/cancel")
         assert wait_job(admin, running["id"], timeout=60.0)["state"] == "cancelled"
         assert all(admin.get(f"/admin/jobs/{j}").json()["state"] == "cancelled" for j in queued[1:])
