@@ -2,7 +2,8 @@
 
 Free output of the demo model is garbage, so a constrained output that parses and validates is
 the grammar's doing. Generation runs through mlx-lm's real BatchGenerator, constrained rows side
-by side with free ones, at temperature 1.0.
+by side with free ones, at temperature 1.0. The schemas and tools a grammar refuses, and its
+cache, are in test_grammar_errors.py.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
 import jsonschema_rs
 import mlx.core as mx
-import mlx_lm
 import numpy as np
 import pytest
 from llguidance import LLMatcher, LLParserLimits
@@ -30,6 +29,7 @@ from mlxhost.worker.engine.grammar import GrammarError, GrammarSpec, ToolSpec
 from mlxhost.worker.engine.grammar_compiler import Grammars
 from mlxhost.worker.engine.grammar_mask import Grammar
 from mlxhost.worker.engine.options import EngineOptions
+from tests.unit.grammar_helpers import WEATHER, compile_, grammars_fixture, loaded_fixture  # noqa: F401
 
 Processor = Callable[[mx.array, mx.array], mx.array]
 
@@ -50,16 +50,6 @@ PET: dict[str, Any] = {
     "required": ["name", "kind", "age", "tags", "owner"],
     "additionalProperties": False,
 }
-WEATHER: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "location": {"type": "string", "maxLength": 16},
-        "unit": {"enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["location", "unit", "days"],
-    "additionalProperties": False,
-}
 # Local references: the grammar moves these parameters into a larger schema, and must move the
 # references with them.
 LOOKUP: dict[str, Any] = {
@@ -73,22 +63,6 @@ LOOKUP: dict[str, Any] = {
     },
 }
 TOOLS = (ToolSpec("get_weather", WEATHER), ToolSpec("lookup", LOOKUP))
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model: Path) -> tuple[Any, Any]:
-    model, tokenizer = mlx_lm.load(str(tiny_model))[:2]
-    return model, tokenizer
-
-
-@pytest.fixture(scope="module")
-def grammars(loaded: tuple[Any, Any]) -> Grammars:
-    model, tokenizer = loaded
-    return Grammars(tokenizer, model.args.vocab_size)
-
-
-def compile_(grammars: Grammars, spec: GrammarSpec) -> Grammar:
-    return anyio.run(grammars.compile, spec)
 
 
 def generate(
@@ -271,115 +245,6 @@ def test_logits_wider_than_the_vocabulary_are_masked_to_it(loaded: tuple[Any, An
     (first,) = replay(grammar, [], width)
     assert first.shape == (width,) and first.any()
     assert not first[model.args.vocab_size :].any()
-
-
-@pytest.mark.parametrize(
-    ("schema", "message"),
-    [
-        ({"type": "objekt"}, "objekt"),
-        ({"$ref": "#/$defs/nowhere"}, "nowhere"),
-        ({"type": "string", "pattern": "(?=x)"}, "look-around"),
-        ({"type": "string", "format": "bogus"}, "bogus"),
-        ({"type": "array", "minItems": 3, "maxItems": 1}, "minItems"),
-        ({"type": "number", "minimum": float("nan")}, "JSON"),
-        ({"type": "object", "properties": {f"p{i}": {} for i in range(1001)}}, "optional properties"),
-        ({"type": "string", "enum": ["x" * 100] * 6000}, "too large"),
-        (json.loads('{"items":' * 70 + "{}" + "}" * 70), "nested too deeply"),
-        (["not", "an", "object"], "JSON object"),
-    ],
-)
-def test_bad_schemas_are_grammar_errors_naming_the_field(
-    grammars: Grammars, schema: Any, message: str
-) -> None:
-    param = "response_format.json_schema.schema"
-    with pytest.raises(GrammarError) as caught:
-        compile_(grammars, GrammarSpec("json_schema", param, schema))
-    assert caught.value.param == param
-    assert message in caught.value.message
-
-
-def test_bad_tools_are_grammar_errors_naming_the_tool(grammars: Grammars) -> None:
-    tools = (ToolSpec("fine", WEATHER), ToolSpec("broken", {"type": "objekt"}))
-    with pytest.raises(GrammarError) as caught:
-        compile_(grammars, GrammarSpec("tool_calls", "tools", tools=tools))
-    assert caught.value.param == "tools"
-    assert "broken" in caught.value.message and "objekt" in caught.value.message
-    # Where the request says which field a tool's parameters came from, the error names it.
-    named = (
-        ToolSpec("fine", WEATHER),
-        ToolSpec("broken", {"type": "objekt"}, "tools[1].function.parameters"),
-    )
-    with pytest.raises(GrammarError) as caught:
-        compile_(grammars, GrammarSpec("tool_calls", "tools", tools=named))
-    assert caught.value.param == "tools[1].function.parameters"
-    with pytest.raises(GrammarError):
-        compile_(grammars, GrammarSpec("tool_calls", "tool_choice", tools=()))
-
-
-def test_the_cache_returns_the_same_grammar_and_remembers_refusals(loaded: tuple[Any, Any]) -> None:
-    model, tokenizer = loaded
-    grammars = Grammars(tokenizer, model.args.vocab_size, cache_size=2)
-    spec = GrammarSpec("tool_calls", "tools", tools=(ToolSpec("get_weather", WEATHER),))
-    first = compile_(grammars, spec)
-    assert grammars.compile_seconds > 0.0
-    assert compile_(grammars, spec) is first
-    assert grammars.compile_seconds == 0.0
-    # The same spec from another field: the same grammar (the field only names errors).
-    assert compile_(grammars, GrammarSpec("tool_calls", "tool_choice", tools=spec.tools)) is first
-
-    bad = GrammarSpec("json_schema", "a", {"type": "objekt"})
-    with pytest.raises(GrammarError):
-        compile_(grammars, bad)
-    with pytest.raises(GrammarError) as caught:
-        compile_(grammars, GrammarSpec("json_schema", "b", {"type": "objekt"}))
-    assert grammars.compile_seconds == 0.0 and caught.value.param == "b"
-
-    compile_(grammars, GrammarSpec("json_object", "response_format"))  # evicts the oldest: `spec`
-    assert compile_(grammars, spec) is not first
-    # Property order is part of the grammar, so it is part of the key.
-    reordered = {**WEATHER, "properties": dict(reversed(list(WEATHER["properties"].items())))}
-    assert GrammarSpec("json_schema", "p", reordered).key() != GrammarSpec("json_schema", "p", WEATHER).key()
-
-
-ENDLESS: list[Any] = [
-    {"$ref": "#"},
-    {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
-    {"type": "object", "properties": {"child": {"$ref": "#"}}, "required": ["child"]},
-]
-
-
-@pytest.mark.parametrize("schema", ENDLESS, ids=["itself", "loop", "requires-itself"])
-def test_schemas_no_value_satisfies_are_refused(grammars: Grammars, schema: Any) -> None:
-    # llguidance compiles each of these: the first two allow no first token, the third allows
-    # '{"child": {"child": ...' without end.
-    param = "response_format.json_schema.schema"
-    with pytest.raises(GrammarError) as caught:
-        compile_(grammars, GrammarSpec("json_schema", param, schema))
-    assert caught.value.param == param
-    assert caught.value.message.startswith("no JSON value satisfies the schema: what it requires refers back")
-
-    tools = (
-        ToolSpec("fine", WEATHER, "tools[0].parameters"),
-        ToolSpec("endless", schema, "tools[1].parameters"),
-    )
-    for spec in (
-        GrammarSpec("tool_calls", "tools", tools=tools),
-        GrammarSpec("tool_calls", "tools", tools=tools[1:]),
-    ):
-        with pytest.raises(GrammarError) as caught:
-            compile_(grammars, spec)
-        assert caught.value.param == "tools[1].parameters"
-        assert caught.value.message.startswith("tool 'endless': no JSON value satisfies its parameters")
-
-
-def test_a_grammar_that_allows_no_first_token_is_refused(grammars: Grammars) -> None:
-    # A loop through an "$id" the satisfiability check does not follow: llguidance compiles it,
-    # and the first mask it computes is an error.
-    schema = {"$id": "http://example.com/s", "$ref": "http://example.com/s"}
-    with pytest.raises(GrammarError) as caught:
-        compile_(grammars, GrammarSpec("json_schema", "text.format.schema", schema))
-    assert caught.value.param == "text.format.schema"
-    assert "allows no first token" in caught.value.message
 
 
 def test_recursive_schemas_with_finite_values_are_enforced(
