@@ -16,34 +16,23 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from mlxhost.testing import RunningHost, start_host, wait_until
+from tests.e2e.jobs_helpers import (
+    FOREVER,
+    TERMINAL,
+    _alive,
+    admin_events_until,
+    dataset_fixture,  # noqa: F401 - the `dataset` fixture
+    submit,
+    tail,
+    wait_job,
+    wait_running,
+    write_dataset,
+)
 
 pytestmark = pytest.mark.slow
-
-FOREVER = 1_000_000  # iterations: a fine-tune that runs until it is stopped
-
-
-def write_dataset(where: Path, train: int = 16, valid: int = 4) -> Path:
-    where.mkdir(parents=True, exist_ok=True)
-    for name, count in (("train.jsonl", train), ("valid.jsonl", valid)):
-        with (where / name).open("w") as file:
-            for i in range(count):
-                example = {
-                    "messages": [
-                        {"role": "user", "content": f"What is {i} plus {i}?"},
-                        {"role": "assistant", "content": f"{i} plus {i} is {2 * i}."},
-                    ]
-                }
-                file.write(json.dumps(example) + "\n")
-    return where
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_dataset(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")
@@ -57,64 +46,6 @@ def host(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def admin(host: RunningHost) -> Iterator[httpx.Client]:
     with host.http(timeout=60.0) as client:
         yield client
-
-
-def submit(admin: httpx.Client, **body: Any) -> dict[str, Any]:
-    response = admin.post("/admin/jobs", json=body)
-    assert response.status_code == 202, response.text
-    return response.json()  # type: ignore[no-any-return]
-
-
-def wait_job(admin: httpx.Client, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
-    def ended() -> dict[str, Any] | None:
-        record = admin.get(f"/admin/jobs/{job_id}").json()
-        return record if record["state"] not in ("queued", "running") else None
-
-    return wait_until(ended, timeout=timeout, interval=0.2)
-
-
-def wait_running(admin: httpx.Client, job_id: str) -> dict[str, Any]:
-    return wait_until(
-        lambda: (
-            (r := admin.get(f"/admin/jobs/{job_id}").json())["state"] == "running" and r["progress"] and r
-        ),
-        timeout=120.0,
-        interval=0.1,
-    )
-
-
-def tail(
-    admin: httpx.Client, job_id: str, after: int | None = None
-) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
-    """The SSE stream whole: its raw text, and each (id, event)."""
-    headers = {"last-event-id": str(after)} if after is not None else {}
-    with admin.stream("GET", f"/admin/jobs/{job_id}/events", headers=headers, timeout=120.0) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        text = response.read().decode()
-    events = []
-    for frame in text.split("\n\n"):
-        fields = dict(
-            line.split(": ", 1) for line in frame.splitlines() if ": " in line and not line.startswith(":")
-        )
-        if "id" in fields and "data" in fields:
-            events.append((int(fields["id"]), json.loads(fields["data"])))
-    return text, events
-
-
-TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
-
-
-def admin_events_until(admin: httpx.Client, last: Any) -> list[dict[str, Any]]:
-    """/admin/events from the start of what the host keeps, up to the first event `last` accepts."""
-    seen: list[dict[str, Any]] = []
-    with admin.stream("GET", "/admin/events", params={"after": 0}, timeout=30.0) as response:
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                seen.append(json.loads(line.removeprefix("data: ")))
-                if last(seen[-1]):
-                    return seen
-    raise AssertionError(f"the stream ended first: {seen[-5:]}")
 
 
 def test_a_finetune_succeeds_and_its_adapter_serves_at_once(
@@ -358,87 +289,3 @@ def test_jobs_need_the_admin_token_on_tcp(host: RunningHost) -> None:
     with host.http(admin=False) as client:
         assert client.get("/admin/jobs").status_code == 401
         assert client.post("/admin/jobs", json={"kind": "quantize", "model": "tiny"}).status_code == 401
-
-
-def test_a_job_killed_with_its_host_is_interrupted_after_a_restart(
-    tiny_model: Path, tmp_path: Path, dataset: Path
-) -> None:
-    state = tmp_path / "state"
-    first = start_host("--model", str(tiny_model), "--state-dir", str(state))
-    try:
-        with first.http(timeout=60.0) as admin:
-            job = submit(
-                admin,
-                kind="finetune",
-                model="tiny",
-                data=str(dataset),
-                iters=FOREVER,
-                steps_per_report=1,
-                num_layers=-1,
-            )
-            pid = wait_running(admin, job["id"])["pid"]
-    finally:
-        first.stop(signal.SIGKILL)
-    # Its stdin closed with the host: the job ends itself rather than train on as an orphan.
-    wait_until(lambda: not _alive(pid), timeout=30.0)
-    with start_host("--model", str(tiny_model), "--state-dir", str(state)) as second, second.http() as admin:
-        record = admin.get(f"/admin/jobs/{job['id']}").json()
-        assert record["state"] == "interrupted"
-        assert record["error"] == "job interrupted by a previous process exit"
-        text, events = tail(admin, job["id"])
-        terminal = [e for _, e in events if e["type"] in TERMINAL]
-        assert len(terminal) == 1 and terminal[0]["type"] == "interrupted"
-        assert events[-1][1] is terminal[0]
-        assert text.endswith('event: end\ndata: {"reason": "done"}\n\n')
-        assert not (state / "jobs" / job["id"] / "output").exists()
-
-
-def test_a_host_stopped_mid_job_ends_the_job_and_exits_cleanly(
-    tiny_model: Path, tmp_path: Path, dataset: Path
-) -> None:
-    state = tmp_path / "state"
-    first = start_host("--model", str(tiny_model), "--state-dir", str(state), "--stop-timeout", "20")
-    try:
-        with first.http(timeout=60.0) as admin:
-            job = submit(
-                admin,
-                kind="finetune",
-                model="tiny",
-                data=str(dataset),
-                iters=FOREVER,
-                steps_per_report=1,
-                num_layers=-1,
-            )
-            queued = submit(admin, kind="quantize", model="tiny", group_size=32)
-            pid = wait_running(admin, job["id"])["pid"]
-    finally:
-        assert first.stop(signal.SIGTERM) == 0, "".join(first.log[-30:])
-    assert not _alive(pid)
-    with start_host("--model", str(tiny_model), "--state-dir", str(state)) as second, second.http() as admin:
-        stopped = admin.get(f"/admin/jobs/{job['id']}").json()
-        assert (stopped["state"], stopped["error"]) == ("interrupted", "the host exited")
-        never = admin.get(f"/admin/jobs/{queued['id']}").json()
-        assert (never["state"], never["error"]) == ("interrupted", "the host stopped before the job ran")
-        _, events = tail(admin, job["id"])
-        assert [e["type"] for _, e in events if e["type"] in TERMINAL] == ["interrupted"]
-
-
-def test_a_second_host_on_the_same_state_dir_runs_without_jobs(tiny_model: Path, tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    with start_host("--model", str(tiny_model), "--state-dir", str(state)) as first:
-        with (
-            start_host("--model", str(tiny_model), "--state-dir", str(state)) as second,
-            second.http() as admin,
-        ):
-            response = admin.get("/admin/jobs")
-            assert response.status_code == 503 and response.json()["error"]["code"] == "jobs_unavailable"
-        with first.http() as admin:
-            assert admin.get("/admin/jobs").status_code == 200
-
-
-def _alive(pid: int) -> bool:
-    # A zombie (exited, not yet reaped by its parent) is gone for every purpose here.
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
