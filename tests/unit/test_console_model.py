@@ -3,7 +3,7 @@ words it shows them in. No host and no Textual app: `ConsoleModel` is plain data
 
 The fixed state and events are written as the host sends them (JSON) and read with the records of
 `mlxhost.wire.admin`, as the console reads them. They are also what the console's snapshot tests
-draw (tests/e2e/test_tui.py imports them).
+draw (tests/e2e/test_tui_fixed_state.py imports them).
 """
 
 from __future__ import annotations
