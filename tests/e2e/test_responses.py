@@ -1,25 +1,23 @@
-"""The Responses API (/v1/responses) as the `openai` SDK sees it, against the real tiny model.
+"""The Responses API (/v1/responses) as the `openai` SDK sees it, against the real tiny model:
+whole and streamed responses, parsed output, stored conversations, what is refused, the stream
+writer's failure, the response store, and a model that thinks. Tool calls are in
+test_responses_tools.py.
 
 The tiny model's weights are random, so what it says freely is noise: the tests check shapes,
-counts and round trips, and get tool calls and JSON from the grammar, which makes them valid
-every time or never.
+counts and round trips, and get JSON from the grammar, which makes it valid every time or never.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import typing
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import jsonschema_rs
-import mlx_lm
 import openai
 import pytest
-from openai.types.responses import Response, ResponseFunctionToolCall, ResponseStreamEvent
+from openai.types.responses import Response
 from pydantic import BaseModel, Field
 
 from mlxhost.testing import RunningHost, start_host
@@ -29,67 +27,14 @@ from mlxhost.worker.api.responses import ResponseStore
 from mlxhost.worker.api.responses_writer import ResponsesWriter
 from mlxhost.worker.api.writer import Answer
 from mlxhost.worker.engine.output import Output
-
-RUNS = 20
-T = TypeVar("T")
-ASK = "What is the weather in Paris?"
-WEATHER_PARAMETERS = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 16},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
-CLOCK_PARAMETERS = {
-    "type": "object",
-    "properties": {"zone": {"type": "string", "maxLength": 8}},
-    "required": ["zone"],
-    "additionalProperties": False,
-}
-WEATHER: Any = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The forecast",
-    "parameters": WEATHER_PARAMETERS,
-}
-CLOCK: Any = {"type": "function", "name": "get_time", "parameters": CLOCK_PARAMETERS}
-SCHEMAS = {"get_weather": WEATHER_PARAMETERS, "get_time": CLOCK_PARAMETERS}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model: Path):  # type: ignore[no-untyped-def]
-    return mlx_lm.load(str(tiny_model))[1]
-
-
-def calls(response: Response) -> list[ResponseFunctionToolCall]:
-    return [item for item in response.output if item.type == "function_call"]
-
-
-# The SDK reads events and responses without validating them; its types validate them strictly.
-EVENT_TYPES = {
-    typing.get_args(event.model_fields["type"].annotation)[0]: event
-    for event in typing.get_args(typing.get_args(ResponseStreamEvent)[0])
-}
-
-
-def strictly(*read: Any) -> None:
-    """Each of `read` (responses, stream events) is what the SDK's own type says, field by field."""
-    for item in read:
-        model = Response if isinstance(item, Response) else EVENT_TYPES[item.type]
-        model.model_validate(item.to_dict())
-
-
-def concurrently(request: Callable[[], T], runs: int = RUNS) -> list[T]:
-    """`runs` answers to the same request, several at a time: they share the model's batches."""
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(lambda _: request(), range(runs)))
-
-
-def valid(name: str, arguments: str) -> bool:
-    return bool(jsonschema_rs.validator_for(SCHEMAS[name]).is_valid(json.loads(arguments)))
+from tests.e2e.responses_helpers import (
+    ASK,
+    EVENT_TYPES,
+    WEATHER,
+    concurrently,
+    strictly,
+    tokenizer_fixture,  # noqa: F401 - the `tokenizer` fixture
+)
 
 
 def test_a_whole_response(client: openai.OpenAI, tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -191,121 +136,6 @@ def test_parse_with_a_pydantic_model_validates_every_time(client: openai.OpenAI)
         assert reply.text.format.type == "json_schema"
 
 
-def test_a_named_tool_is_called_with_valid_arguments_every_time(client: openai.OpenAI) -> None:
-    def named() -> Response:
-        return client.responses.create(
-            model="tiny",
-            input=ASK,
-            tools=[WEATHER, CLOCK],
-            tool_choice={"type": "function", "name": "get_weather"},
-            parallel_tool_calls=False,
-            temperature=1.0,
-            max_output_tokens=400,
-        )
-
-    for reply in concurrently(named):
-        assert reply.status == "completed" and reply.output_text == ""
-        [call] = calls(reply)
-        assert call.id is not None and call.id.startswith("fc_") and call.call_id.startswith("call_")
-        assert call.name == "get_weather" and call.status == "completed"
-        assert valid(call.name, call.arguments), call.arguments
-
-
-def test_a_required_tool_is_one_of_those_offered_every_time(client: openai.OpenAI) -> None:
-    def required() -> Response:
-        return client.responses.create(
-            model="tiny",
-            input=ASK,
-            tools=[WEATHER, CLOCK],
-            tool_choice="required",
-            parallel_tool_calls=False,
-            temperature=1.0,
-            max_output_tokens=400,
-        )
-
-    names = set()
-    for reply in concurrently(required):
-        [call] = calls(reply)
-        assert valid(call.name, call.arguments), call.arguments
-        names.add(call.name)
-    assert names == {"get_weather", "get_time"}  # the choice was the model's
-
-
-def test_a_streamed_tool_call(client: openai.OpenAI) -> None:
-    events = list(
-        client.responses.create(
-            model="tiny",
-            input=ASK,
-            tools=[WEATHER],
-            tool_choice="required",
-            parallel_tool_calls=False,
-            max_output_tokens=400,
-            stream=True,
-        )
-    )
-    strictly(*events)
-    kinds = [event.type for event in events]
-    assert kinds == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.function_call_arguments.delta",
-        "response.function_call_arguments.done",
-        "response.output_item.done",
-        "response.completed",
-    ]
-    arguments: str = events[3].delta  # type: ignore[union-attr,assignment]
-    assert events[4].arguments == arguments and valid("get_weather", arguments)  # type: ignore[union-attr]
-    [call] = calls(events[-1].response)  # type: ignore[union-attr]
-    assert call.arguments == arguments and call.id == events[2].item.id  # type: ignore[union-attr]
-
-
-def test_a_tool_result_round_trips(client: openai.OpenAI, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    first = client.responses.create(
-        model="tiny",
-        input=ASK,
-        tools=[WEATHER],
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_output_tokens=400,
-        store=False,
-    )
-    [call] = calls(first)
-    # As an agent does it: the output items go back as input, with the result of each call.
-    history: Any = [
-        {"role": "user", "content": ASK},
-        *first.output,
-        {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature": 21}'},
-    ]
-    second = client.responses.create(model="tiny", input=history, tools=[WEATHER], max_output_tokens=8)
-    # The prompt is the conversation as a chat template takes it: the call, then its result.
-    conversation = [
-        {"role": "user", "content": ASK},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": call.call_id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": json.loads(call.arguments)},
-                }
-            ],
-        },
-        {
-            "role": "tool",
-            "content": '{"temperature": 21}',
-            "tool_call_id": call.call_id,
-            "name": "get_weather",
-        },
-    ]
-    function = {k: v for k, v in WEATHER.items() if k != "type"}
-    prompt = tokenizer.apply_chat_template(
-        conversation, tools=[{"type": "function", "function": function}], add_generation_prompt=True
-    )
-    assert second.usage is not None and second.usage.input_tokens == len(prompt)
-
-
 def test_previous_response_id_continues_a_stored_conversation(client: openai.OpenAI, tokenizer) -> None:  # type: ignore[no-untyped-def]
     first = client.responses.create(model="tiny", input=ASK, max_output_tokens=8, temperature=0)
     second = client.responses.create(
@@ -339,45 +169,6 @@ def test_what_is_not_stored_cannot_be_continued(client: openai.OpenAI) -> None:
                 model="tiny", input="Go on", previous_response_id=response_id, max_output_tokens=4
             )
         assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
-
-
-def test_max_output_tokens_leaves_it_incomplete(client: openai.OpenAI) -> None:
-    # A forced tool call cannot end in 3 tokens: the answer is cut, and says so.
-    forced: Any = {
-        "model": "tiny",
-        "input": ASK,
-        "tools": [WEATHER],
-        "tool_choice": "required",
-        "max_output_tokens": 3,
-    }
-    reply = client.responses.create(**forced)
-    assert reply.status == "incomplete" and reply.incomplete_details is not None
-    assert reply.incomplete_details.reason == "max_output_tokens"
-    assert reply.usage is not None and reply.usage.output_tokens == 3
-    assert not calls(reply) and reply.output[-1].status == "incomplete"  # type: ignore[union-attr]
-    events = list(client.responses.create(stream=True, **forced))
-    strictly(reply, *events)
-    assert events[-1].type == "response.incomplete"
-    assert events[-1].response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
-
-
-def test_a_call_cut_by_max_output_tokens_is_incomplete_and_never_text(client: openai.OpenAI) -> None:
-    for limit in (16, 40):
-        reply = client.responses.create(
-            model="tiny",
-            input=ASK,
-            tools=[WEATHER, CLOCK],
-            tool_choice="required",
-            temperature=1.0,
-            max_output_tokens=limit,
-        )
-        # Nothing of the cut call is text: a reply with no call that completed is one empty message.
-        assert reply.output_text == "" and "tool_call>" not in reply.model_dump_json()
-        if reply.status == "incomplete":
-            assert reply.incomplete_details is not None
-            assert reply.incomplete_details.reason == "max_output_tokens"
-        for call in calls(reply):  # those that completed, whole
-            assert valid(call.name, call.arguments), call.arguments
 
 
 def test_reasoning_effort_reaches_the_template(client: openai.OpenAI) -> None:
