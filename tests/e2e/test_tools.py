@@ -104,9 +104,14 @@ def test_a_call_cut_by_max_tokens_is_length_and_never_text(client: openai.OpenAI
         assert not choice.message.content, choice.message.content
         for call in choice.message.tool_calls or []:  # those that completed, whole
             assert valid(SCHEMAS[call.function.name], call.function.arguments)
+        if max_tokens == 6:  # too few for any call: the one begun is always cut
+            assert (choice.finish_reason, choice.message.tool_calls) == ("length", None), choice
+        # The stream is checked on its own, not against the whole answer: a prompt now in the
+        # cache may prefill to other last bits, and so sample otherwise.
         chunks = list(client.chat.completions.create(**request, stream=True))
         assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == choice.finish_reason
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+        assert finish == "length" if max_tokens == 6 else finish in ("length", "tool_calls")
 
 
 def test_a_required_tool_is_one_of_those_offered_every_time(client: openai.OpenAI) -> None:
