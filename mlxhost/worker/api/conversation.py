@@ -132,6 +132,13 @@ async def prepare(engine: Engine, conversation: Conversation) -> Prepared:
             f"{conversation.tool_choice_param}: no tool is named '{excerpt(choice.name)}'",
             param=conversation.tool_choice_param,
         )
+    if choice.mode in ("required", "named") and tools and tokenizer.tool_format is None:
+        raise InvalidRequest(
+            f"{conversation.tool_choice_param}: this model writes tool calls in a form "
+            f"({tokenizer.tool_parser_type}) that a forced call cannot be enforced in; use 'auto'",
+            param=conversation.tool_choice_param,
+            code="tool_choice_unsupported",
+        )
     spec = _grammar_spec(engine, conversation)
     if spec is None or spec.kind != "tool_calls":  # a forced call's grammar checks its tools itself
         _refuse_unsatisfiable_tools(tools)
@@ -220,12 +227,10 @@ def _refuse_unsatisfiable_tools(tools: Sequence[Tool]) -> None:
 def _grammar_spec(engine: Engine, conversation: Conversation) -> GrammarSpec | None:
     tokenizer = engine.tokenizer
     choice = conversation.tool_choice
-    if choice.mode in ("required", "named") and tokenizer.json_tool_calls:
+    if choice.mode in ("required", "named") and tokenizer.tool_parser_type is not None:
         tools = conversation.tools
         if choice.mode == "named":
             tools = tuple(t for t in tools if t.name == choice.name)
-        markers = tokenizer.markers
-        assert markers.call_start is not None and markers.call_end is not None
         return GrammarSpec(
             kind="tool_calls",
             param=conversation.tools_param,
@@ -235,8 +240,7 @@ def _grammar_spec(engine: Engine, conversation: Conversation) -> GrammarSpec | N
             # A named function is one call, as OpenAI's and vLLM's named choice is, whatever
             # parallel_tool_calls says; `required` may make several when they are allowed.
             parallel=conversation.parallel_tool_calls and choice.mode != "named",
-            call_start=markers.call_start,
-            call_end=markers.call_end,
+            format=tokenizer.tool_parser_type,
         )
     fmt = conversation.output_format
     if fmt is None or choice.mode in ("required", "named"):

@@ -56,8 +56,7 @@ class GrammarSpec:
     schema: Mapping[str, Any] | None = None  # json_schema
     tools: tuple[ToolSpec, ...] = ()  # tool_calls: one of these (by name) per call
     parallel: bool = True  # tool_calls: one or more calls (False: exactly one)
-    call_start: str = "<tool_call>"  # tool_calls: the model's tags around each call
-    call_end: str = "</tool_call>"
+    format: str = "json_tools"  # tool_calls: the model's call syntax (mlx-lm's parser's name)
 
     def key(self) -> str:
         """The spec as JSON; raises ValueError or TypeError for a schema that is not JSON.
@@ -72,8 +71,7 @@ class GrammarSpec:
                 "schema": self.schema,
                 "tools": [[t.name, t.parameters] for t in self.tools],
                 "parallel": self.parallel,
-                "call_start": self.call_start,
-                "call_end": self.call_end,
+                "format": self.format,
             },
             ensure_ascii=False,
             separators=(",", ":"),

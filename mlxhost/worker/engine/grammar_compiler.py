@@ -14,7 +14,7 @@ import copy
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -26,30 +26,11 @@ from llguidance import LLMatcher, LLParserLimits, LLTokenizer
 from mlxhost.worker.engine.grammar import MAX_MESSAGE, GrammarError, GrammarSpec
 from mlxhost.worker.engine.grammar_mask import Grammar
 from mlxhost.worker.engine.satisfiable import why_unsatisfiable
+from mlxhost.worker.engine.tool_formats import JSON_OPTIONS, ToolRefused, tool_format
+from mlxhost.worker.engine.tool_formats.schemas import MAX_SCHEMA_CHARS, check
 
 __all__ = ["Grammars"]
 
-# The cost of compiling a schema grows with its size, and with the square of an object's optional
-# properties (llguidance enumerates which of them may come next): these bounds keep a compile
-# well under a second. They admit what OpenAI's strict mode admits (5,000 properties in all).
-MAX_SCHEMA_CHARS: Final = 512 * 1024
-MAX_DEPTH: Final = 64  # nested JSON levels; llguidance's own parser stops at 128
-MAX_PROPERTIES: Final = 5000
-MAX_OPTIONAL_PROPERTIES: Final = 1000  # in one object
-
-# JSON is written as Python's json.dumps and Qwen-family models write it: ", " and ": ", no other
-# whitespace. Any whitespace the grammar allows, a model may loop on until max_tokens (small and
-# random-weight models do: a bounded pattern of a few spaces or a line break and indent per position
-# still let the demo model spend 120 tokens on it); a fixed layout also keeps outputs comparable.
-_JSON_OPTIONS: Final = {
-    "whitespace_flexible": False,
-    "item_separator": ", ",
-    "key_separator": ": ",
-    # Whatever llguidance cannot enforce is refused rather than skipped ("lenient" would ignore
-    # unknown keywords), so an output the grammar allows always validates.
-    "lenient": False,
-    "coerce_one_of": False,
-}
 # Short errors: the verbose form dumps the parser state and the whole grammar into the message.
 _LIMITS: Final = LLParserLimits(verbose_errors=False)
 
@@ -105,7 +86,7 @@ class Grammars:
         began = time.perf_counter()
         try:
             result: Grammar | _Refusal = self._compile(spec, key)
-        except _ToolRefused as exc:
+        except ToolRefused as exc:
             result = _Refusal(exc.message, exc.tool)
         except GrammarError as exc:
             result = _Refusal(exc.message)
@@ -126,7 +107,7 @@ class Grammars:
         elif spec.kind == "json_schema":
             if not isinstance(spec.schema, Mapping):
                 raise GrammarError("the schema must be a JSON object", spec.param)
-            _check(spec.schema, spec.param)
+            check(spec.schema, spec.param)
             source = _json_grammar(spec.schema, spec.param)
         elif spec.kind == "tool_calls":
             source = _tool_calls_grammar(spec, tokenizer)
@@ -176,49 +157,29 @@ def _json_grammar(schema: Mapping[str, Any], param: str) -> str:
 
 def _with_options(schema: Mapping[str, Any]) -> dict[str, Any]:
     # Only the top level's "x-guidance" counts: ours replaces whatever the client sent there.
-    return {**{k: v for k, v in schema.items() if k != "x-guidance"}, "x-guidance": _JSON_OPTIONS}
+    return {**{k: v for k, v in schema.items() if k != "x-guidance"}, "x-guidance": JSON_OPTIONS}
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A cached refusal: the request a later hit comes from names its own fields."""
+
+    message: str
+    tool: int | None = None  # the index in spec.tools of the tool it is about
+
+    def error(self, spec: GrammarSpec) -> GrammarError:
+        if self.tool is None:
+            return GrammarError(self.message, spec.param)
+        return ToolRefused(self.message, spec.tools, self.tool, spec.param)
 
 
 def _tool_calls_grammar(spec: GrammarSpec, tokenizer: LLTokenizer) -> str:
-    """The Hermes/Qwen form mlx-lm's json_tools parser reads, call after call:
-
-        <tool_call>
-        {"name": "<name>", "arguments": {...}}
-        </tool_call>
-
-    The body is one JSON schema, an anyOf with one branch per tool, each an object whose "name"
-    is that tool's and whose "arguments" are its parameters (llguidance keeps "name" first).
-    """
-    if not spec.tools:
-        raise GrammarError("no tools to call", spec.param)
-    branches = []
-    for i, tool in enumerate(spec.tools):
-        if not isinstance(tool.name, str) or not tool.name:
-            raise GrammarError("every tool needs a name", spec.param)
-        parameters = {"type": "object"} if tool.parameters is None else tool.parameters
-        if not isinstance(parameters, Mapping):
-            raise GrammarError(f"tool '{tool.name}': the parameters must be a JSON object", spec.param)
-        _check(parameters, spec.param)
-        # The parameters move into a larger document: their local references must follow.
-        arguments = _rebase(parameters, f"#/anyOf/{i}/properties/arguments")
-        branches.append(
-            {
-                "type": "object",
-                "properties": {"name": {"const": tool.name}, "arguments": arguments},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-        )
-    body = json.dumps({"anyOf": branches, "x-guidance": _JSON_OPTIONS}, ensure_ascii=False)
-    start, end = _tag(spec.call_start, tokenizer), _tag(spec.call_end, tokenizer)
-    # Laid out as chat templates write a call: the tags on lines of their own, calls a line apart.
-    rules = [
-        "start: call (NL call)*" if spec.parallel else "start: call",
-        f"call: {start} NL body NL {end}",
-        f"body: %json {body}",
-        'NL: "\\n"',
-    ]
-    return LLMatcher.grammar_from_lark("\n".join(rules))
+    """The family's own call syntax (tool_formats/), as llguidance's Lark."""
+    fmt = tool_format(spec.format)
+    if fmt is None:
+        raise GrammarError(f"this model's tool calls ({spec.format}) cannot be forced", spec.param)
+    source = fmt.grammar(spec.tools, spec.parallel, lambda text: _tag(text, tokenizer), spec.param)
+    return LLMatcher.grammar_from_lark(source)
 
 
 def _tag(text: str, tokenizer: LLTokenizer) -> str:
@@ -233,27 +194,6 @@ def _tag(text: str, tokenizer: LLTokenizer) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-class _ToolRefused(GrammarError):
-    """A tool_calls spec refused for one tool's parameters: `tool` is its index in spec.tools."""
-
-    def __init__(self, message: str, spec: GrammarSpec, tool: int) -> None:
-        super().__init__(message, spec.tools[tool].param or spec.param)
-        self.tool = tool
-
-
-@dataclass(frozen=True)
-class _Refusal:
-    """A cached refusal: the request a later hit comes from names its own fields."""
-
-    message: str
-    tool: int | None = None  # the index in spec.tools of the tool it is about
-
-    def error(self, spec: GrammarSpec) -> GrammarError:
-        if self.tool is None:
-            return GrammarError(self.message, spec.param)
-        return _ToolRefused(self.message, spec, self.tool)
-
-
 def _refuse_failing_tool(spec: GrammarSpec, tokenizer: LLTokenizer) -> None:
     """Raise for the first tool whose parameters llguidance refuses on their own, if any."""
     for i, tool in enumerate(spec.tools):
@@ -265,7 +205,7 @@ def _refuse_failing_tool(spec: GrammarSpec, tokenizer: LLTokenizer) -> None:
         except (TypeError, ValueError) as exc:
             failed, errors = True, [str(exc)]
         if failed:
-            raise _ToolRefused(_message(f"tool '{tool.name}': {' '.join(errors)}"), spec, i)
+            raise ToolRefused(_message(f"tool '{tool.name}': {' '.join(errors)}"), spec.tools, i, spec.param)
 
 
 def _refuse_unsatisfiable_tool(spec: GrammarSpec) -> None:
@@ -273,7 +213,12 @@ def _refuse_unsatisfiable_tool(spec: GrammarSpec) -> None:
     # arguments satisfy is the client's mistake, whichever tool the model would have picked.
     for i, tool in enumerate(spec.tools):
         if tool.parameters is not None and (why := why_unsatisfiable(tool.parameters)) is not None:
-            raise _ToolRefused(f"tool '{tool.name}': {why.replace('the schema', 'its parameters')}", spec, i)
+            raise ToolRefused(
+                f"tool '{tool.name}': {why.replace('the schema', 'its parameters')}",
+                spec.tools,
+                i,
+                spec.param,
+            )
 
 
 def _refuse_dead_start(matcher: LLMatcher, param: str) -> None:
@@ -290,64 +235,3 @@ def _message(error: str) -> str:
     if len(error) > MAX_MESSAGE:
         error = error[:MAX_MESSAGE] + "…"
     return f"the schema cannot be enforced: {error}"
-
-
-def _check(schema: Mapping[str, Any], param: str) -> None:
-    """Refuse, before compiling, what would take llguidance too long (see MAX_*)."""
-    properties = 0
-    for node, depth in _walk(schema):
-        if depth > MAX_DEPTH:
-            raise GrammarError(f"the schema is nested too deeply (over {MAX_DEPTH} levels)", param)
-        if isinstance(node, Mapping) and isinstance(node.get("properties"), Mapping):
-            names = node["properties"]
-            properties += len(names)
-            required = node.get("required")
-            optional = len(set(names) - set(required)) if isinstance(required, list) else len(names)
-            if optional > MAX_OPTIONAL_PROPERTIES:
-                raise GrammarError(
-                    f"an object in the schema has over {MAX_OPTIONAL_PROPERTIES} optional properties", param
-                )
-    if properties > MAX_PROPERTIES:
-        raise GrammarError(f"the schema has over {MAX_PROPERTIES} properties", param)
-
-
-def _walk(value: Any) -> Iterator[tuple[Any, int]]:
-    # Iterative: a hostile schema may be nested deeper than Python's recursion limit.
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        yield node, depth
-        if depth > MAX_DEPTH:
-            continue
-        if isinstance(node, Mapping):
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (Mapping, list)))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, (Mapping, list)))
-
-
-# Keywords whose values are data, not schemas: a "$ref" in there is a value to match, not a link.
-_DATA_KEYWORDS: Final = frozenset({"const", "enum", "default", "examples"})
-# Keywords whose values map names to schemas: every value is a schema, whatever its name.
-_SCHEMA_MAPS: Final = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
-)
-
-
-def _rebase(schema: Any, prefix: str) -> Any:
-    """`schema` with its local references ("#", "#/...") made relative to `prefix`, the place
-    the schema is moved to (depth already bounded by `_check`)."""
-    if isinstance(schema, list):
-        return [_rebase(s, prefix) for s in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    out: dict[str, Any] = {}
-    for name, value in schema.items():
-        if name == "$ref" and isinstance(value, str) and (value == "#" or value.startswith("#/")):
-            out[name] = prefix + value[1:]
-        elif name in _DATA_KEYWORDS:
-            out[name] = value
-        elif name in _SCHEMA_MAPS and isinstance(value, Mapping):
-            out[name] = {k: _rebase(v, prefix) for k, v in value.items()}
-        else:
-            out[name] = _rebase(value, prefix)
-    return out

@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 
 from mlxhost.worker.engine.output import Markers
+from mlxhost.worker.engine.tool_formats import tool_format
 
 __all__ = ["ChatPrompt", "Tokenizer", "context_length", "longest_token"]
 
@@ -63,9 +64,11 @@ class Tokenizer:
         # The think block's markers as token ids, when each is one token: what a thinking budget
         # needs to see the block open and to close it.
         self.think_ids = _think_ids(tokenizer) if self.has_thinking else None
-        # Calls written as a JSON object {"name", "arguments"} between tags (Hermes, Qwen): the
-        # form a grammar can force when a request requires a call.
-        self.json_tool_calls = getattr(self.tool_parser, "__module__", "").endswith(".json_tools")
+        # The family's call syntax by the name of mlx-lm's parser module ("qwen3_coder"), and
+        # what forces and streams it (None: a syntax calls cannot be forced in, and stream whole).
+        module = getattr(self.tool_parser, "__module__", "") or ""
+        self.tool_parser_type = module.rsplit(".", 1)[-1] if self.tool_parser is not None else None
+        self.tool_format = tool_format(self.tool_parser_type)
         # One encode at a time, off the event loop (see _run). Made in the generation thread,
         # which loads the model: anyio binds the limiter to the event loop at its first use.
         self._limiter = anyio.CapacityLimiter(1)

@@ -1,0 +1,73 @@
+"""Reading a JSON object that is still being written: the members that are complete so far.
+
+The JSON families stream a call's arguments member by member: a member is sent once the next one
+began or the object closed, never half a value, so what was sent is always a prefix of the
+finished call's arguments (see `arguments_prefix`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["complete_members", "object_end"]
+
+
+def complete_members(text: str) -> tuple[dict[str, Any] | None, bool]:
+    """The members of the object `text` starts with (after any whitespace) that are complete, and
+    whether the object itself is: ({...}, True) once it closed, (None, False) before it began or
+    while what came is not yet JSON."""
+    start = len(text) - len(text.lstrip())
+    if start >= len(text) or text[start] != "{":
+        return None, False
+    end, last_comma = _scan(text, start)
+    if end is not None:
+        try:
+            value = json.loads(text[start : end + 1])
+        except ValueError:
+            return None, False
+        return (value, True) if isinstance(value, dict) else (None, False)
+    if last_comma is None:
+        return {}, False
+    try:
+        value = json.loads(text[start:last_comma] + "}")
+    except ValueError:
+        return None, False
+    return (value, False) if isinstance(value, dict) else (None, False)
+
+
+def object_end(text: str) -> int | None:
+    """The index just past the object `text` starts with (after whitespace), or None if it is open."""
+    start = len(text) - len(text.lstrip())
+    if start >= len(text) or text[start] != "{":
+        return None
+    end, _ = _scan(text, start)
+    return None if end is None else end + 1
+
+
+def _scan(text: str, start: int) -> tuple[int | None, int | None]:
+    """(the index of the brace closing the object at `start`, or None; the index of its last
+    top-level comma, or None)."""
+    depth = 0
+    in_string = escaped = False
+    last_comma = None
+    for i in range(start, len(text)):
+        char = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return i, last_comma
+        elif char == "," and depth == 1:
+            last_comma = i
+    return None, last_comma
