@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxhost.worker.engine.tool_formats import FORMATS, tool_format
+from mlxhost.worker.engine.tool_formats import available, tool_format
 from tests.unit.tool_format_helpers import TOOLS, GrammarSampler, assert_streams, bodies_of, read_calls
 
 pytestmark = pytest.mark.unit
@@ -23,7 +23,7 @@ def sampler(tiny_model: Path) -> GrammarSampler:
     return GrammarSampler(tiny_model / "tokenizer.json")
 
 
-@pytest.mark.parametrize("parser", sorted(FORMATS))
+@pytest.mark.parametrize("parser", available())
 def test_a_named_tool_is_exactly_one_valid_call(sampler: GrammarSampler, parser: str) -> None:
     fmt = tool_format(parser)
     assert fmt is not None
@@ -35,7 +35,7 @@ def test_a_named_tool_is_exactly_one_valid_call(sampler: GrammarSampler, parser:
             assert [c["name"] for c in calls] == [tool.name], text
 
 
-@pytest.mark.parametrize("parser", sorted(FORMATS))
+@pytest.mark.parametrize("parser", available())
 def test_required_is_one_or_more_valid_calls(sampler: GrammarSampler, parser: str) -> None:
     fmt = tool_format(parser)
     assert fmt is not None
@@ -48,7 +48,7 @@ def test_required_is_one_or_more_valid_calls(sampler: GrammarSampler, parser: st
     assert names == {t.name for t in TOOLS}  # every tool is reachable
 
 
-@pytest.mark.parametrize("parser", sorted(FORMATS))
+@pytest.mark.parametrize("parser", available())
 def test_streamed_calls_grow_to_exactly_the_whole_call(sampler: GrammarSampler, parser: str) -> None:
     fmt = tool_format(parser)
     assert fmt is not None

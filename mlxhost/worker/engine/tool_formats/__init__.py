@@ -19,6 +19,7 @@ whose syntax has no `ToolFormat` yet is refused when a call is forced (the 400 n
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "ToolFormat",
     "ToolRefused",
     "arguments_prefix",
+    "available",
     "json_rule",
     "tool_format",
 ]
@@ -126,9 +128,22 @@ def arguments_prefix(arguments: Mapping[str, Any], complete: bool = False) -> st
     return text if complete else text[:-1]
 
 
-# The module in this package of each parser mlx-lm infers (several parsers share one syntax).
+# The module in this package of each parser mlx-lm 0.32 has (several parsers share a syntax).
 FORMATS: Final[dict[str, str]] = {
     "json_tools": "json_tools",
+    "qwen3_coder": "qwen3_coder",
+    "minimax_m2": "minimax",
+    "minicpm5": "minicpm",
+    "muse_spark": "muse_spark",
+    "glm47": "arg_keys",
+    "laguna": "arg_keys",
+    "longcat": "arg_keys",
+    "kimi_k3": "kimi_k3",
+    "kimi_k2": "kimi_k2",
+    "mistral": "mistral",
+    "pythonic": "pythonic",
+    "gemma4": "gemma4",
+    "function_gemma": "function_gemma",
 }
 
 
@@ -136,5 +151,13 @@ def tool_format(parser: str | None) -> ToolFormat | None:
     """The format of mlx-lm's parser `parser` (its module's name), or None if there is none."""
     if parser is None or parser not in FORMATS:
         return None
-    module = importlib.import_module(f"{__name__}.{FORMATS[parser]}")
-    return module.FORMATS[parser]
+    name = f"{__name__}.{FORMATS[parser]}"
+    if importlib.util.find_spec(name) is None:
+        return None
+    formats: dict[str, ToolFormat] = importlib.import_module(name).FORMATS
+    return formats.get(parser)
+
+
+def available() -> list[str]:
+    """The parsers that have a format here, sorted."""
+    return sorted(p for p in FORMATS if tool_format(p) is not None)
