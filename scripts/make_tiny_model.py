@@ -1,6 +1,7 @@
 """Build an offline mlx-lm demo model with deterministic random weights.
 
-    python scripts/make_tiny_model.py DIR [--size tiny|bench|sliding|pipelined|agent] [--seed N]
+python scripts/make_tiny_model.py DIR [--size tiny|bench|sliding|pipelined|agent] [--seed N]
+                                      [--family json_tools|qwen3_coder|glm47|...]
 """
 
 from __future__ import annotations
@@ -22,10 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", type=Path, help="where to write the model")
     parser.add_argument("--size", choices=sorted(demo.SIZES), default="tiny")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--family",
+        choices=sorted(demo.families.FAMILIES),
+        default=demo.DEFAULT_FAMILY,
+        help="the tool-call family whose chat template and special tokens the model gets",
+    )
     args = parser.parse_args(argv)
 
     try:
-        path = demo.make_model(args.directory, args.size, args.seed)
+        path = demo.make_model(args.directory, args.size, args.seed, args.family)
     except FileExistsError as exc:
         parser.error(str(exc))
     print(path)

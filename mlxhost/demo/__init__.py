@@ -24,11 +24,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
+from mlxhost.demo import families
 from mlxhost.demo.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
     EOS_TOKEN,
     PAD_TOKEN,
+    ROLE_TOKENS,
     SPECIAL_TOKENS,
     tokenizer_documents,
     write_tokenizer,
@@ -38,6 +40,7 @@ from mlxhost.demo.weights import SIZES, ModelSize, model_size, parameter_count, 
 __all__ = [
     "BOS_TOKEN",
     "CHAT_TEMPLATE",
+    "DEFAULT_FAMILY",
     "EOS_TOKEN",
     "PAD_TOKEN",
     "SIZES",
@@ -53,6 +56,9 @@ __all__ = [
 # Part of the cache directory name and of the marker in config.json: bump it
 # whenever the files this package writes change, so stale caches are ignored.
 FORMAT_VERSION: Final = 2
+
+# The variant that writes Hermes/Qwen JSON calls: the demo model as it was before variants.
+DEFAULT_FAMILY: Final = "json_tools"
 
 _WEIGHTS_FILE: Final = "model.safetensors"
 _FILES: Final = (
@@ -73,38 +79,47 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "mlxhost"
 
 
-def ensure_demo_model(cache_dir: Path | None = None, size: str = "tiny") -> Path:
-    """The demo model of `size` ("tiny"; "agent" holds a coding agent's long prompts), built on first use."""
-    return cached_model(f"demo-{size}", size, cache_dir=cache_dir)
+def ensure_demo_model(
+    cache_dir: Path | None = None, size: str = "tiny", family: str = DEFAULT_FAMILY
+) -> Path:
+    """The demo model of `size` ("tiny"; "agent" holds a coding agent's long prompts), built on
+    first use; `family` names the variant (demo/families/: the tool-call syntax it writes)."""
+    name = f"demo-{size}" if family == DEFAULT_FAMILY else f"demo-{size}-{family}"
+    return cached_model(name, size, cache_dir=cache_dir, family=family)
 
 
-def cached_model(name: str, size: str = "tiny", seed: int = 0, cache_dir: Path | None = None) -> Path:
+def cached_model(
+    name: str, size: str = "tiny", seed: int = 0, cache_dir: Path | None = None, family: str = DEFAULT_FAMILY
+) -> Path:
     """A demo model kept in the cache as `name`, built on first use.
 
     The directory name carries `FORMAT_VERSION`, so a model an older mlxhost wrote is built anew
     beside it rather than refused.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return make_model(root / f"{name}-v{FORMAT_VERSION}", size, seed=seed)
+    return make_model(root / f"{name}-v{FORMAT_VERSION}", size, seed=seed, family=family)
 
 
-def make_model(path: Path, size: str = "tiny", seed: int = 0) -> Path:
+def make_model(path: Path, size: str = "tiny", seed: int = 0, family: str = DEFAULT_FAMILY) -> Path:
     """Write an mlx-lm model directory at ``path`` and return ``path``.
 
-    The same ``(size, seed)`` always gives byte-identical files. The
+    ``family`` picks the variant (demo/families/): the chat template and special tokens of a
+    model family whose tool calls mlx-lm reads; the weights are the same for every family.
+    The same ``(size, seed, family)`` always gives byte-identical files. The
     directory appears all at once, by renaming a finished sibling into
     place, so readers never see a half-written model; if a matching model
     is already there (say another process won the race) it is left alone.
     """
     path = Path(path)
     spec = model_size(size)
-    marker = _marker(size, seed)
+    variant = families.family(family)  # KeyError for an unknown family, before anything is written
+    marker = _marker(size, seed, family)
     if _is_complete(path, marker):
         return path
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         # Never clobber something we did not write, or a model built with
         # other settings: the caller asked for this exact model.
-        raise FileExistsError(f"{path} exists and is not a {size!r} seed={seed} demo model")
+        raise FileExistsError(f"{path} exists and is not a {size!r} seed={seed} {family} demo model")
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # A unique sibling, on the same filesystem so the rename is atomic.
@@ -112,7 +127,7 @@ def make_model(path: Path, size: str = "tiny", seed: int = 0) -> Path:
     tmp.mkdir()
     renamed = False
     try:
-        _write_model(tmp, spec, seed, marker)
+        _write_model(tmp, spec, seed, marker, variant)
         try:
             # Replaces an empty directory too, so pytest's tmp_path works.
             os.replace(tmp, path)
@@ -127,8 +142,11 @@ def make_model(path: Path, size: str = "tiny", seed: int = 0) -> Path:
     return path
 
 
-def _marker(size: str, seed: int) -> dict[str, Any]:
-    return {"format": FORMAT_VERSION, "size": size, "seed": seed}
+def _marker(size: str, seed: int, family: str) -> dict[str, Any]:
+    marker: dict[str, Any] = {"format": FORMAT_VERSION, "size": size, "seed": seed}
+    if family != DEFAULT_FAMILY:  # the default's files stay as they were before variants
+        marker["family"] = family
+    return marker
 
 
 def _is_complete(path: Path, marker: dict[str, Any]) -> bool:
@@ -143,8 +161,11 @@ def _is_complete(path: Path, marker: dict[str, Any]) -> bool:
     return isinstance(config, dict) and config.get("mlxhost_demo") == marker
 
 
-def _write_model(directory: Path, spec: ModelSize, seed: int, marker: dict[str, Any]) -> None:
-    bos, eos, pad = (SPECIAL_TOKENS.index(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN))
+def _write_model(
+    directory: Path, spec: ModelSize, seed: int, marker: dict[str, Any], variant: families.Family
+) -> None:
+    special_tokens = (*ROLE_TOKENS, *variant.special_tokens)
+    bos, eos, pad = (special_tokens.index(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN))
     head_dim = spec.hidden_size // spec.num_attention_heads
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
@@ -194,9 +215,12 @@ def _write_model(directory: Path, spec: ModelSize, seed: int, marker: dict[str, 
     if spec.architecture == "qwen2":
         # mlx-lm's pipelined load picks each stage's weight files from the index.
         names = [name for name, _ in weight_shapes(spec)]
-        _write_json(directory / "model.safetensors.index.json", {"weight_map": dict.fromkeys(names, _WEIGHTS_FILE)})
-    write_tokenizer(directory / "tokenizer.json", spec)
-    for name, document in tokenizer_documents(spec).items():
+        _write_json(
+            directory / "model.safetensors.index.json", {"weight_map": dict.fromkeys(names, _WEIGHTS_FILE)}
+        )
+    write_tokenizer(directory / "tokenizer.json", spec, special_tokens)
+    documents = tokenizer_documents(spec, variant.chat_template, special_tokens, variant.tokenizer_config)
+    for name, document in documents.items():
         _write_json(directory / name, document)
     # The rename is only atomic for the directory entry; flushing the
     # contents first means a crash cannot expose empty files under it.

@@ -8,6 +8,7 @@ The `tokenizers` library is imported only when a tokenizer is trained.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -22,6 +23,7 @@ __all__ = [
     "CHAT_TEMPLATE",
     "EOS_TOKEN",
     "PAD_TOKEN",
+    "ROLE_TOKENS",
     "SPECIAL_TOKENS",
     "THINK_END",
     "THINK_START",
@@ -43,20 +45,10 @@ TOOL_CALL_END: Final = "</tool_call>"
 THINK_START: Final = "<think>"
 THINK_END: Final = "</think>"
 # A token's id is its position here: the tokenizer trainer assigns special
-# tokens the first ids, in order.
-SPECIAL_TOKENS: Final = (
-    PAD_TOKEN,
-    BOS_TOKEN,
-    EOS_TOKEN,
-    "<|system|>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|tool|>",
-    TOOL_CALL_START,
-    TOOL_CALL_END,
-    THINK_START,
-    THINK_END,
-)
+# tokens the first ids, in order. Every variant (demo/families/) keeps the roles' tokens and
+# replaces the markers after them with its family's own.
+ROLE_TOKENS: Final = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
+SPECIAL_TOKENS: Final = (*ROLE_TOKENS, TOOL_CALL_START, TOOL_CALL_END, THINK_START, THINK_END)
 
 # Renders e.g. "<|begin|><|user|>\nhi<|end|>\n<|assistant|>\n". The end of
 # turn marker doubles as eos, so a reply stops where a turn would end.
@@ -83,7 +75,7 @@ CHAT_TEMPLATE: Final = (
     "You may call these tools:\n<tools>\n"
     "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
     "</tools>\nTo call one, reply with <tool_call>\n"
-    '{\"name\": <the tool\'s name>, \"arguments\": <its arguments as a JSON object>}\n'
+    '{"name": <the tool\'s name>, "arguments": <its arguments as a JSON object>}\n'
     "</tool_call><|end|>\n"
     "{% endif %}"
     "{% for message in messages %}"
@@ -101,7 +93,7 @@ CHAT_TEMPLATE: Final = (
     "{% if tool_call.function is defined %}{% set tool_call = tool_call.function %}{% endif %}"
     # An expression, not a literal: the template environment drops a newline right after a tag.
     "{% if not loop.first or message['content'] %}{{ '\\n' }}{% endif %}"
-    '<tool_call>\n{\"name\": \"{{ tool_call.name }}\", \"arguments\":'
+    '<tool_call>\n{"name": "{{ tool_call.name }}", "arguments":'
     "{% if tool_call.arguments is string %} {{ tool_call.arguments }}"
     "{% else %} {{ tool_call.arguments | tojson }}{% endif %}"
     "}\n</tool_call>"
@@ -116,24 +108,22 @@ CHAT_TEMPLATE: Final = (
 )
 
 
-def write_tokenizer(path: Path, spec: ModelSize) -> None:
+def write_tokenizer(path: Path, spec: ModelSize, special_tokens: Sequence[str] = SPECIAL_TOKENS) -> None:
     """Train the tokenizer for `spec`'s vocabulary and save it (tokenizer.json) at `path`."""
     if spec.tokenizer == "agent":
         # Imported here: its word lists are of no use to a process that only wants a path.
         from mlxhost.demo.agent_tokenizer import train_agent_tokenizer
 
-        tokenizer = train_agent_tokenizer(spec.vocab_size, SPECIAL_TOKENS)
+        tokenizer = train_agent_tokenizer(spec.vocab_size, special_tokens)
     else:
-        tokenizer = _train(spec)
+        tokenizer = _train(spec, special_tokens)
     if tokenizer.get_vocab_size() != spec.vocab_size:
         # Ids past the tokenizer's vocabulary would be unprintable samples.
-        raise RuntimeError(
-            f"tokenizer has {tokenizer.get_vocab_size()} tokens, expected {spec.vocab_size}"
-        )
+        raise RuntimeError(f"tokenizer has {tokenizer.get_vocab_size()} tokens, expected {spec.vocab_size}")
     tokenizer.save(str(path))
 
 
-def _train(spec: ModelSize) -> Tokenizer:
+def _train(spec: ModelSize, special_tokens: Sequence[str]) -> Tokenizer:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -145,7 +135,7 @@ def _train(spec: ModelSize) -> Tokenizer:
     trainer = trainers.BpeTrainer(
         vocab_size=spec.vocab_size,
         min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -155,9 +145,14 @@ def _train(spec: ModelSize) -> Tokenizer:
     return tokenizer
 
 
-def tokenizer_documents(spec: ModelSize) -> dict[str, Any]:
+def tokenizer_documents(
+    spec: ModelSize,
+    chat_template: str = CHAT_TEMPLATE,
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
+    extra_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The tokenizer's other files, by name: its special tokens and its configuration."""
-    extra = [t for t in SPECIAL_TOKENS if t not in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)]
+    extra = [t for t in special_tokens if t not in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)]
     special_map = {
         "bos_token": BOS_TOKEN,
         "eos_token": EOS_TOKEN,
@@ -173,7 +168,8 @@ def tokenizer_documents(spec: ModelSize) -> dict[str, Any]:
         "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": spec.max_position_embeddings,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
+        **(extra_config or {}),
         "added_tokens_decoder": {
             str(i): {
                 "content": token,
@@ -183,7 +179,7 @@ def tokenizer_documents(spec: ModelSize) -> dict[str, Any]:
                 "single_word": False,
                 "special": True,
             }
-            for i, token in enumerate(SPECIAL_TOKENS)
+            for i, token in enumerate(special_tokens)
         },
     }
     return {"special_tokens_map.json": special_map, "tokenizer_config.json": tokenizer_config}
