@@ -176,20 +176,23 @@ class ChatFormat(_Format):
         # Ollama reasoning): both are sent.
         return self._chunk([_choice(index, {"reasoning_content": text, "reasoning": text})])
 
-    def tool_call_chunks(self, call_index: int, call: ToolCall, index: int = 0) -> list[dict[str, Any]]:
-        """As OpenAI streams a call: its id and name first, then its arguments. `call_index`
-        counts the calls of one choice, `index` is the choice."""
+    def tool_call_start_chunk(
+        self, call_index: int, call_id: str, name: str, index: int = 0
+    ) -> dict[str, Any]:
+        """As OpenAI streams a call: its id and name first (this chunk), then its arguments in
+        pieces. `call_index` counts the calls of one choice, `index` is the choice."""
         head = {
             "index": call_index,
-            "id": call.id,
+            "id": call_id,
             "type": "function",
-            "function": {"name": call.name, "arguments": ""},
+            "function": {"name": name, "arguments": ""},
         }
-        arguments = {"index": call_index, "function": {"arguments": call.arguments}}
-        return [
-            self._chunk([_choice(index, {"tool_calls": [head]})]),
-            self._chunk([_choice(index, {"tool_calls": [arguments]})]),
-        ]
+        return self._chunk([_choice(index, {"tool_calls": [head]})])
+
+    def tool_call_arguments_chunk(self, call_index: int, text: str, index: int = 0) -> dict[str, Any]:
+        return self._chunk(
+            [_choice(index, {"tool_calls": [{"index": call_index, "function": {"arguments": text}}]})]
+        )
 
     def finish_chunk(self, finish_reason: str, index: int = 0) -> dict[str, Any]:
         return self._chunk([_choice(index, {}, None, finish_reason)])

@@ -108,7 +108,9 @@ class Prepared:
         tokenizer = engine.tokenizer
         parse = tokenizer.tool_parser if self.read_calls else None
         tools = [t.template_form() for t in self.tools]
-        return OutputParser(tokenizer.markers, parse, tools, reasoning=self.thinking)
+        return OutputParser(
+            tokenizer.markers, parse, tools, reasoning=self.thinking, fmt=tokenizer.tool_format
+        )
 
 
 async def prepare(engine: Engine, conversation: Conversation) -> Prepared:

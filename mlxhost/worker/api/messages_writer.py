@@ -1,8 +1,10 @@
 """An answer as Anthropic writes a message: whole, or as its stream of block events.
 
-Blocks in order: thinking, text, then one `tool_use` block per call. A stream opens with
-`message_start` and a ping, streams each block as start, deltas and stop, and ends with
-`message_delta` (the stop reason and the usage) and `message_stop`.
+Blocks in the order the model wrote them: thinking, text, and one `tool_use` block per call. A
+stream opens with `message_start` and a ping, streams each block as start, deltas and stop (a call's
+input as `input_json_delta` pieces while the model writes it), and ends with `message_delta` (the
+stop reason and the usage) and `message_stop`. A call the token limit cut off ends its block in a
+stream as far as it got; a whole message leaves it out.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from mlxhost.wire.chunks import AnswerFinish, Delta, ToolCall
 from mlxhost.wire.dialect import Dialect, sse_error, sse_event
 from mlxhost.wire.errors import APIError
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import Output
+from mlxhost.worker.engine.output import CallArguments, CallBegun, CallEnded, Output, Text
 
 __all__ = ["MessagesWriter"]
 
@@ -29,7 +31,7 @@ class MessagesWriter:
     model: str
     prompt_tokens: int
     id: str = field(default_factory=lambda: f"msg_{uuid.uuid4().hex[:24]}")
-    _open: str | None = None  # the kind of block being streamed ("thinking" or "text"), if one is
+    _open: str | None = None  # the kind of block being streamed ("thinking", "text", "tool_use")
     _blocks: int = 0  # blocks started so far: each has its index
 
     def opening(self) -> Iterable[bytes]:
@@ -41,17 +43,20 @@ class MessagesWriter:
 
     def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
         frames = []
-        if out.reasoning:
-            frames += self._into("thinking", {"type": "thinking_delta", "thinking": out.reasoning})
-        if out.content:
-            frames += self._into("text", {"type": "text_delta", "text": out.content})
-        for call in out.tool_calls:
-            frames += self._close()
-            block = _tool_use(call)
-            arguments = json.dumps(block["input"], ensure_ascii=False)
-            frames.append(self._start({**block, "input": {}}))
-            frames.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
-            frames.append(sse_event({"type": "content_block_stop", "index": self._blocks - 1}))
+        for part in out.parts:
+            if isinstance(part, Text) and part.kind == "reasoning":
+                frames += self._into("thinking", {"type": "thinking_delta", "thinking": part.text})
+            elif isinstance(part, Text):
+                frames += self._into("text", {"type": "text_delta", "text": part.text})
+            elif isinstance(part, CallBegun):
+                frames += self._close()
+                block = {"type": "tool_use", "id": _tool_use_id(part.id), "name": part.name, "input": {}}
+                frames.append(self._start(block))
+                self._open = "tool_use"
+            elif isinstance(part, CallArguments):
+                frames.append(self._delta({"type": "input_json_delta", "partial_json": part.text}))
+            else:
+                frames += self._close()
         return frames
 
     def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
@@ -67,13 +72,14 @@ class MessagesWriter:
         return [sse_error(error, Dialect.MESSAGES)]
 
     def whole(self, answer: Answer) -> dict[str, Any]:
-        out = answer.output
         content: list[dict[str, Any]] = []
-        if out.reasoning:
-            content.append({"type": "thinking", "thinking": out.reasoning, "signature": ""})
-        if out.content:
-            content.append({"type": "text", "text": out.content})
-        content += [_tool_use(call) for call in out.tool_calls]
+        for part in answer.output.parts:
+            if isinstance(part, Text) and part.kind == "reasoning":
+                content.append({"type": "thinking", "thinking": part.text, "signature": ""})
+            elif isinstance(part, Text):
+                content.append({"type": "text", "text": part.text})
+            elif isinstance(part, CallEnded) and part.call is not None:
+                content.append(_tool_use(part.call))
         reason, sequence = _stop_reason(answer.final, answer.finish)
         return self._message(content, reason, sequence, _usage(self.prompt_tokens, answer.final))
 

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mlxhost.wire.chunks import DONE, AnswerFinish, ChatFormat, CompletionFormat, Delta, sse
 from mlxhost.wire.errors import APIError
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import Output
+from mlxhost.worker.engine.output import CallArguments, CallBegun, Output, Text
 
 __all__ = ["ChatWriter", "CompletionWriter"]
 
@@ -37,22 +37,26 @@ class _OpenAIStreamEnd:
 class ChatWriter(_OpenAIStreamEnd):
     fmt: ChatFormat
     n: int = 1  # choices
-    _calls: dict[int, int] = field(default_factory=dict)  # tool calls streamed so far, by choice
 
     def opening(self) -> Iterable[bytes]:
         return [sse(self.fmt.first_chunk(index)) for index in range(self.n)]
 
     def output(self, index: int, out: Output, delta: Delta) -> Iterable[bytes]:
         frames = []
-        if out.reasoning:
-            frames.append(sse(self.fmt.reasoning_chunk(out.reasoning, index)))
-        if out.content or delta.logprobs:
-            frames.append(sse(self.fmt.content_chunk(delta, out.content, index)))
-        for call in out.tool_calls:
-            # Each call has its index among its choice's calls.
-            calls = self._calls.get(index, 0)
-            frames += [sse(chunk) for chunk in self.fmt.tool_call_chunks(calls, call, index)]
-            self._calls[index] = calls + 1
+        logprobs = bool(delta.logprobs)  # sent with the first content chunk, or one of their own
+        for part in out.parts:
+            if isinstance(part, Text) and part.kind == "reasoning":
+                frames.append(sse(self.fmt.reasoning_chunk(part.text, index)))
+            elif isinstance(part, Text):
+                frames.append(sse(self.fmt.content_chunk(delta if logprobs else Delta(), part.text, index)))
+                logprobs = False
+            # A call's index counts its choice's calls: one parser reads each choice.
+            elif isinstance(part, CallBegun):
+                frames.append(sse(self.fmt.tool_call_start_chunk(part.index, part.id, part.name, index)))
+            elif isinstance(part, CallArguments):
+                frames.append(sse(self.fmt.tool_call_arguments_chunk(part.index, part.text, index)))
+        if logprobs:
+            frames.append(sse(self.fmt.content_chunk(delta, "", index)))
         return frames
 
     def whole(self, answers: Sequence[Answer]) -> dict[str, Any]:

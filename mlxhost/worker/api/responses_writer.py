@@ -25,7 +25,7 @@ from mlxhost.wire.dialect import sse_event
 from mlxhost.wire.errors import APIError
 from mlxhost.wire.responses import FunctionToolChoice, ResponsesRequest
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import Output
+from mlxhost.worker.engine.output import CallArguments, CallBegun, CallEnded, Output, Text
 
 __all__ = ["ResponsesWriter", "echo", "new_id"]
 
@@ -85,6 +85,7 @@ class ResponsesWriter:
     _items: list[dict[str, Any]] = field(default_factory=list)  # the stream's output items so far
     _open: dict[str, Any] | None = None  # the message or reasoning item text is streaming into
     _text: str = ""  # the open item's text so far
+    _calls: dict[int, dict[str, Any]] = field(default_factory=dict)  # call items streaming, by call index
     _output: Output = field(default_factory=Output)  # all of it, to store
 
     def opening(self) -> Iterable[bytes]:
@@ -97,19 +98,24 @@ class ResponsesWriter:
     def output(self, out: Output, delta: Delta) -> Iterable[bytes]:
         self._output.add(out)
         frames = []
-        if out.reasoning:
-            frames += self._text_delta("reasoning", out.reasoning)
-        if out.content:
-            frames += self._text_delta("message", out.content)
-        for call in out.tool_calls:
-            frames += self._close("completed")
-            frames += self._call(call)
+        for part in out.parts:
+            if isinstance(part, Text):
+                frames += self._text_delta("reasoning" if part.kind == "reasoning" else "message", part.text)
+            elif isinstance(part, CallBegun):
+                frames += self._close("completed")
+                frames += self._call_begun(part)
+            elif isinstance(part, CallArguments):
+                frames += self._call_arguments(part)
+            else:
+                frames += self._call_ended(part)
         return frames
 
     def closing(self, final: Delta, finish: AnswerFinish) -> Iterable[bytes]:
         status = _status(finish)
         item_status = "incomplete" if status == "incomplete" else "completed"
         frames = self._close(item_status)
+        for index in list(self._calls):  # a call cut off: it ends as far as it got
+            frames += self._call_ended(CallEnded(index, None))
         if not self._items:  # nothing at all: an empty answer is still an answer
             frames += self._start("message") + self._close(item_status)
         response = self._response(status, self._items, self._usage(final))
@@ -134,13 +140,17 @@ class ResponsesWriter:
         out = answer.output
         status = _status(answer.finish)
         items: list[dict[str, Any]] = []
-        if out.reasoning:
-            items.append(_reasoning_item(new_id("rs"), out.reasoning, "completed"))
-        if out.content or not (out.reasoning or out.tool_calls):
-            items.append(_message_item(new_id("msg"), out.content, "completed"))
-        if status == "incomplete" and items:
+        for part in out.parts:  # in the order the model wrote them
+            if isinstance(part, Text) and part.kind == "reasoning":
+                items.append(_reasoning_item(new_id("rs"), part.text, "completed"))
+            elif isinstance(part, Text):
+                items.append(_message_item(new_id("msg"), part.text, "completed"))
+            elif isinstance(part, CallEnded) and part.call is not None:
+                items.append(_call_item(new_id("fc"), part.call, "completed", self.namespaces))
+        if not any(item["type"] == "message" for item in items) and not out.tool_calls and not out.reasoning:
+            items.append(_message_item(new_id("msg"), "", "completed"))
+        if status == "incomplete" and items and items[-1]["type"] != "function_call":
             items[-1]["status"] = "incomplete"  # the text it was writing when it was cut
-        items += [_call_item(new_id("fc"), call, "completed", self.namespaces) for call in out.tool_calls]
         if self.keep is not None:
             self.keep(self.id, out)
         return self._response(status, items, self._usage(answer.final))
@@ -213,19 +223,31 @@ class ResponsesWriter:
         item["content"], item["status"] = [part], status
         return item
 
-    def _call(self, call: ToolCall) -> list[bytes]:
-        item = _call_item(new_id("fc"), call, "in_progress", self.namespaces)
-        item["arguments"] = ""
+    def _call_begun(self, part: CallBegun) -> list[bytes]:
+        item = _call_item(new_id("fc"), ToolCall(part.id, part.name, ""), "in_progress", self.namespaces)
         self._items.append(item)
-        where = {"item_id": item["id"], "output_index": len(self._items) - 1}
-        frames = [
-            self._event("response.output_item.added", output_index=where["output_index"], item=item),
-            self._event("response.function_call_arguments.delta", **where, delta=call.arguments),
-            self._event("response.function_call_arguments.done", **where, arguments=call.arguments),
+        self._calls[part.index] = item
+        output_index = len(self._items) - 1
+        return [self._event("response.output_item.added", output_index=output_index, item=item)]
+
+    def _call_arguments(self, part: CallArguments) -> list[bytes]:
+        item = self._calls[part.index]
+        item["arguments"] += part.text
+        where = {"item_id": item["id"], "output_index": self._items.index(item)}
+        return [self._event("response.function_call_arguments.delta", **where, delta=part.text)]
+
+    def _call_ended(self, part: CallEnded) -> list[bytes]:
+        item = self._calls.pop(part.index, None)
+        if item is None:
+            return []
+        if part.call is not None:
+            item["arguments"] = part.call.arguments
+        item["status"] = "completed" if part.call is not None else "incomplete"
+        where = {"item_id": item["id"], "output_index": self._items.index(item)}
+        return [
+            self._event("response.function_call_arguments.done", **where, arguments=item["arguments"]),
+            self._event("response.output_item.done", output_index=where["output_index"], item=item),
         ]
-        item["arguments"], item["status"] = call.arguments, "completed"
-        frames.append(self._event("response.output_item.done", output_index=where["output_index"], item=item))
-        return frames
 
     # -- The Response object ---------------------------------------------------------------------
 

@@ -18,11 +18,24 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mlxhost.wire.chunks import ToolCall
 
-__all__ = ["Markers", "Output", "OutputParser", "new_call_id"]
+if TYPE_CHECKING:
+    from mlxhost.worker.engine.tool_formats import ToolFormat
+
+__all__ = [
+    "CallArguments",
+    "CallBegun",
+    "CallEnded",
+    "Markers",
+    "Output",
+    "OutputParser",
+    "Part",
+    "Text",
+    "new_call_id",
+]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -39,21 +52,96 @@ class Markers:
     call_end: str | None = None
 
 
+@dataclass(frozen=True)
+class Text:
+    """Answer or reasoning text."""
+
+    kind: Literal["content", "reasoning"]
+    text: str
+
+
+@dataclass(frozen=True)
+class CallBegun:
+    """A call's name is known: a stream announces the call (`index` counts the generation's calls)."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class CallArguments:
+    """More of a begun call's arguments: the pieces, in order, are its arguments' JSON text."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class CallEnded:
+    """A begun call is over: `call` is it whole, or None when it never finished (cut off by the
+    token limit, or unreadable): a stream ends what it sent of it, a whole answer leaves it out."""
+
+    index: int
+    call: ToolCall | None
+
+
+Part = Text | CallBegun | CallArguments | CallEnded
+
+
 @dataclass
 class Output:
-    """What one piece of text turned out to be."""
+    """What one piece of text turned out to be: its `parts` in the order they were written, and
+    the same summed up (the answer, the reasoning, the calls that completed)."""
 
     content: str = ""
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
+    parts: list[Part] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Made from its sums alone (a writer's test, a stored answer): in the usual order.
+        if self.parts:
+            return
+        if self.reasoning:
+            self.parts.append(Text("reasoning", self.reasoning))
+        if self.content:
+            self.parts.append(Text("content", self.content))
+        for i, call in enumerate(self.tool_calls):
+            self.parts += [CallBegun(i, call.id, call.name), CallArguments(i, call.arguments), CallEnded(i, call)]
 
     def __bool__(self) -> bool:
-        return bool(self.content or self.reasoning or self.tool_calls)
+        return bool(self.parts)
 
     def add(self, other: Output) -> None:
         self.content += other.content
         self.reasoning += other.reasoning
         self.tool_calls += other.tool_calls
+        for part in other.parts:
+            self._append(part)
+
+    def text(self, kind: Literal["content", "reasoning"], text: str) -> None:
+        if not text:
+            return
+        if kind == "content":
+            self.content += text
+        else:
+            self.reasoning += text
+        self._append(Text(kind, text))
+
+    def call_part(self, part: CallBegun | CallArguments | CallEnded) -> None:
+        if isinstance(part, CallEnded) and part.call is not None:
+            self.tool_calls.append(part.call)
+        self._append(part)
+
+    def _append(self, part: Part) -> None:
+        last = self.parts[-1] if self.parts else None
+        if isinstance(part, Text) and isinstance(last, Text) and last.kind == part.kind:
+            self.parts[-1] = Text(part.kind, last.text + part.text)
+        elif isinstance(part, CallArguments) and isinstance(last, CallArguments) and last.index == part.index:
+            self.parts[-1] = CallArguments(part.index, last.text + part.text)
+        else:
+            self.parts.append(part)
 
 
 class _Mode(enum.Enum):
@@ -70,8 +158,11 @@ class OutputParser:
     """Feed it text as it comes (`feed`), then `finish`; each returns what is now known of it.
 
     `parse_call` is None when calls are not to be read (no tools were offered, or `tool_choice`
-    was "none"): then their markers are just text. `reasoning` says the prompt left the model
-    inside a think block (a template that opens it in the generation prompt).
+    was "none"): then their markers are just text. `fmt` is the family's syntax, which tells a
+    call's name and arguments while its body is still being written (tool_formats/): with it, a
+    call is announced (`CallBegun`) as soon as its name is known and its arguments follow as they
+    complete; without it, a call comes whole at its end marker. `reasoning` says the prompt left
+    the model inside a think block (a template that opens it in the generation prompt).
     """
 
     def __init__(
@@ -80,17 +171,22 @@ class OutputParser:
         parse_call: ToolParser | None = None,
         tools: Sequence[Any] | None = None,
         reasoning: bool = False,
+        fmt: ToolFormat | None = None,
     ) -> None:
         self._markers = markers
-        self._parse_call = parse_call if markers.call_start and markers.call_end else None
+        # A family with no end marker (Mistral) writes its calls to the end of the output.
+        self._parse_call = parse_call if markers.call_start else None
         self._tools = tools
+        self._fmt = fmt
         self._thinks = bool(markers.think_start and markers.think_end)
         self._mode = _Mode.REASONING if reasoning and self._thinks else _Mode.ANSWER
         self._held = ""  # text not yet sorted: a marker may be starting in it
         self._call = ""  # the body of the call being written
+        self._begun: list[_Begun] = []  # the calls of that body announced so far
         # Just past a marker: the newlines a template writes after one are layout, not text.
         self._trim = self._mode is _Mode.REASONING
         self.calls_made = 0
+        self.calls_begun = 0  # every call announced or made: the next call's index
         self.calls_cut = 0  # calls the text ended inside of
 
     def feed(self, text: str) -> Output:
@@ -110,6 +206,8 @@ class OutputParser:
             self._emit(out, text[: len(text) - keep])
             self._held = text[len(text) - keep :]
             break
+        if self._mode is _Mode.CALL:
+            self._stream_call(out)
         return out
 
     def finish(self) -> Output:
@@ -117,13 +215,17 @@ class OutputParser:
         out = Output()
         held, self._held = self._held, ""
         if self._mode is _Mode.CALL:
+            self._call += held
+            if not self._markers.call_end and self._read_call(out, cut=True):
+                return out  # a family whose calls end with the output (Mistral), complete
             # Cut off (by max_tokens, or a stop string): not a call the client could make, and its
             # markup is not an answer either (as text it would read as one, ahead of the calls
             # that did complete). The finish reason says the output was cut.
             logger.info("a tool call was cut off before its end marker; it is dropped")
-            self.calls_cut += 1
-            self._call = ""
-            self._mode = _Mode.ANSWER
+            self.calls_cut += max(1, len(self._begun))
+            for begun in self._begun:
+                out.call_part(CallEnded(begun.index, None))
+            self._end_call()
         else:
             self._emit(out, held)
         return out
@@ -145,11 +247,11 @@ class OutputParser:
         if not text:
             return
         if self._mode is _Mode.REASONING:
-            out.reasoning += text
+            out.text("reasoning", text)
         elif self._mode is _Mode.CALL:
             self._call += text
         else:
-            out.content += text
+            out.text("content", text)
 
     def _cross(self, marker: str, out: Output) -> None:
         m = self._markers
@@ -157,31 +259,85 @@ class OutputParser:
         if self._mode is _Mode.REASONING:
             self._mode = _Mode.ANSWER
         elif self._mode is _Mode.CALL:
-            out.tool_calls += self._read_call(out)
-            self._call = ""
-            self._mode = _Mode.ANSWER
+            self._read_call(out, cut=False)
+            self._end_call()
         elif marker == m.think_start:
             self._mode = _Mode.REASONING
         else:
             self._mode = _Mode.CALL
 
-    def _read_call(self, out: Output) -> list[ToolCall]:
+    def _stream_call(self, out: Output) -> None:
+        """Announce the body's calls whose names are known, and send what is new of their arguments."""
+        if self._fmt is None:
+            return
+        for i, partial in enumerate(self._fmt.partial(self._call, self._tools)):
+            if i == len(self._begun):
+                if partial.name is None:
+                    break
+                begun = _Begun(self.calls_begun, partial.id or new_call_id(), partial.name)
+                self.calls_begun += 1
+                self._begun.append(begun)
+                out.call_part(CallBegun(begun.index, begun.id, begun.name))
+            begun = self._begun[i]
+            if partial.arguments.startswith(begun.sent) and len(partial.arguments) > len(begun.sent):
+                out.call_part(CallArguments(begun.index, partial.arguments[len(begun.sent) :]))
+                begun.sent = partial.arguments
+
+    def _read_call(self, out: Output, cut: bool) -> bool:
+        """Read the finished body: end the calls it holds (announced or not); False if it does not
+        parse. `cut`: the output ended inside it, so a body that does not parse is not text."""
         assert self._parse_call is not None
         try:
             parsed = self._parse_call(self._call, self._tools)
+            items = parsed if isinstance(parsed, list) else [parsed]
+            calls = [_tool_call(item) for item in items]
         except Exception as exc:  # each parser raises its own kind of error on a malformed body
-            logger.info("a tool call did not parse (%s); answering it as text", type(exc).__name__)
-            out.content += f"{self._markers.call_start}{self._call}{self._markers.call_end}"
-            return []
-        calls = []
-        for item in parsed if isinstance(parsed, list) else [parsed]:
-            call = _tool_call(item)
-            if call is None:
-                out.content += f"{self._markers.call_start}{self._call}{self._markers.call_end}"
-                return []
-            calls.append(call)
+            logger.info("a tool call did not parse (%s)", type(exc).__name__)
+            calls = [None]
+        if any(call is None for call in calls):
+            if cut:
+                return False
+            for begun in self._begun:
+                out.call_part(CallEnded(begun.index, None))
+            if not self._begun:
+                logger.info("answering an unreadable tool call as text")
+                out.text("content", f"{self._markers.call_start}{self._call}{self._markers.call_end}")
+            return False
+        for i, call in enumerate(calls):
+            assert call is not None
+            if i < len(self._begun):
+                begun = self._begun[i]
+                if call.name != begun.name or not call.arguments.startswith(begun.sent):
+                    # A format's reader and mlx-lm's parser disagree: the stream already said
+                    # otherwise, and the whole call is what the client gets in the end.
+                    logger.warning("a streamed tool call differs from the call read at its end")
+                call = ToolCall(begun.id, call.name, call.arguments)
+                rest = call.arguments[len(begun.sent) :] if call.arguments.startswith(begun.sent) else ""
+            else:
+                begun = _Begun(self.calls_begun, call.id, call.name)
+                self.calls_begun += 1
+                out.call_part(CallBegun(begun.index, call.id, call.name))
+                rest = call.arguments
+            if rest:
+                out.call_part(CallArguments(begun.index, rest))
+            out.call_part(CallEnded(begun.index, call))
+        for begun in self._begun[len(calls) :]:  # announced by the reader, not there in the end
+            out.call_part(CallEnded(begun.index, None))
         self.calls_made += len(calls)
-        return calls
+        return True
+
+    def _end_call(self) -> None:
+        self._call = ""
+        self._begun = []
+        self._mode = _Mode.ANSWER
+
+
+@dataclass
+class _Begun:
+    index: int
+    id: str
+    name: str
+    sent: str = ""  # the arguments' text sent so far
 
 
 def _tool_call(item: Any) -> ToolCall | None:
