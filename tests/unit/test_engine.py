@@ -78,7 +78,7 @@ async def test_a_thinking_budget_ends_the_think_block_after_that_many_tokens(tin
         async with Engine.open(tiny_model, EngineOptions(prompt_cache_entries=0)) as engine:
             assert engine.tokenizer.think_ids is not None
             start, end = engine.tokenizer.think_ids
-            prompt = [*await engine.encode("Think first."), start]  # the prompt opens the block
+            prompt = [*await engine.encode("Think first."), *start]  # the prompt opens the block
             limit = None if budget is None else ThinkingBudget(budget, start, end, open=True)
             request = GenerationRequest(
                 prompt, 12, SamplingParams(temperature=0.0), logprobs=0, thinking_budget=limit

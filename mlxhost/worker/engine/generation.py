@@ -49,11 +49,14 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class ThinkingBudget:
-    """At most `tokens` of reasoning: past them, the think block's end is the only token left."""
+    """At most `tokens` of reasoning: past them, the think block's end is all the model may write.
+
+    A marker is one token in most families (`<think>`), several in some (Gemma's `<|channel>thought`,
+    Kimi's `<|open|>think<|sep|>`): each is its token ids."""
 
     tokens: int
-    start: int  # the ids of the think block's markers
-    end: int
+    start: tuple[int, ...]  # the think block's markers, as token ids
+    end: tuple[int, ...]
     open: bool  # the prompt leaves the model inside a think block
 
 

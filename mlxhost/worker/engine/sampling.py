@@ -94,19 +94,32 @@ def processors_for(request: GenerationRequest, vocab_size: int) -> list[LogitsPr
 
 
 def thinking_budget(budget: ThinkingBudget, vocab_size: int) -> LogitsProcessor:
-    """Ends the think block once `budget.tokens` tokens were written inside it.
+    """Ends the think block once `budget.tokens` tokens were written inside it: from then on the
+    only token allowed is the next of the end marker's, until the marker is written whole.
 
     Its state stays in MLX arrays, computed from the token context it is given: reading the last
     token back (`.item()`) would wait for a step that mlx-lm computes ahead."""
-    only_end = mx.where(mx.arange(vocab_size) == budget.end, 0.0, -mx.inf)
+    start, end = mx.array(budget.start), mx.array(budget.end)
+    width = max(len(budget.start), len(budget.end))
+    vocab = mx.arange(vocab_size)
     state = {"open": mx.array(budget.open), "spent": mx.array(0)}
 
+    def ends(tail: mx.array, marker: mx.array) -> mx.array:
+        n = marker.size
+        return mx.all(tail[-n:] == marker) if tail.size >= n else mx.array(False)
+
     def end_thinking(tokens: mx.array, logits: mx.array) -> mx.array:
-        last = tokens.reshape(-1)[-1]
-        is_open = mx.where(last == budget.end, False, mx.where(last == budget.start, True, state["open"]))
+        tail = tokens.reshape(-1)[-width:]
+        closed, opened = ends(tail, end), ends(tail, start)
+        is_open = mx.where(closed, False, mx.where(opened, True, state["open"]))
         spent = state["spent"]
         state["open"], state["spent"] = is_open, spent + is_open.astype(mx.int32)
-        return mx.where(is_open & (spent >= budget.tokens), only_end.astype(logits.dtype), logits)
+        # How much of the end marker the context already ends with: its next token is forced.
+        written = mx.array(0)
+        for n in range(1, end.size):
+            written = mx.where(ends(tail, end[:n]), n, written)
+        only_next = mx.where(vocab == end[written], 0.0, -mx.inf).astype(logits.dtype)
+        return mx.where(is_open & (spent >= budget.tokens), only_next, logits)
 
     return end_thinking
 

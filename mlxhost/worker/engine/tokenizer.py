@@ -61,8 +61,8 @@ class Tokenizer:
             getattr(tokenizer, "tool_call_start", None) if self.has_tool_calling else None,
             getattr(tokenizer, "tool_call_end", None) if self.has_tool_calling else None,
         )
-        # The think block's markers as token ids, when each is one token: what a thinking budget
-        # needs to see the block open and to close it.
+        # The think block's markers as token ids (one token each in most families, several in
+        # some): what a thinking budget needs to see the block open and to close it.
         self.think_ids = _think_ids(tokenizer) if self.has_thinking else None
         # The family's call syntax by the name of mlx-lm's parser module ("qwen3_coder"), and
         # what forces and streams it (None: a syntax calls cannot be forced in, and stream whole).
@@ -159,9 +159,8 @@ def context_length(model: Any) -> int | None:
     return None
 
 
-def _think_ids(tokenizer: Any) -> tuple[int, int] | None:
-    try:
-        start, end = tokenizer.think_start_id, tokenizer.think_end_id
-    except (AttributeError, ValueError, KeyError):
+def _think_ids(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    start, end = getattr(tokenizer, "think_start_tokens", None), getattr(tokenizer, "think_end_tokens", None)
+    if not start or not end:
         return None
-    return (start, end) if isinstance(start, int) and isinstance(end, int) else None
+    return tuple(int(t) for t in start), tuple(int(t) for t in end)
