@@ -168,19 +168,6 @@ def test_qwen3_coder_writes_arguments_it_cannot_read_as_they_came(tokenizers: di
     assert text == '<tool_call>\n<function=get_weather>\n{"city": "Os\n</function>\n</tool_call>'
 
 
-def test_qwen3_coder_markers_are_single_tokens(tokenizers: dict[str, Any]) -> None:
-    tokenizer = tokenizers["qwen3_coder"]
-    for marker in (
-        "<tool_call>",
-        "</tool_call>",
-        "<tool_response>",
-        "</tool_response>",
-        "<think>",
-        "</think>",
-    ):
-        assert len(tokenizer.encode(marker, add_special_tokens=False)) == 1, marker
-
-
 def test_qwen3_coder_wraps_a_tool_result_in_tool_response(tokenizers: dict[str, Any]) -> None:
     text = tokenizers["qwen3_coder"].apply_chat_template(
         [
@@ -190,3 +177,175 @@ def test_qwen3_coder_wraps_a_tool_result_in_tool_response(tokenizers: dict[str, 
         tokenize=False,
     )
     assert "<|tool|>\n<tool_response>\nsunny\n</tool_response><|end|>\n" in text
+
+
+# Every family
+
+
+@pytest.mark.parametrize("name", sorted(xml_parameters.FAMILIES))
+def test_every_type_reads_back_when_the_tool_declares_it(tokenizers: dict[str, Any], name: str) -> None:
+    assert round_trip(tokenizers[name], EVERY_TYPE) == EVERY_TYPE
+
+
+@pytest.mark.parametrize("name", sorted(xml_parameters.FAMILIES))
+def test_the_familys_markers_are_single_tokens(tokenizers: dict[str, Any], name: str) -> None:
+    tokenizer = tokenizers[name]
+    for marker in xml_parameters.FAMILIES[name].special_tokens:
+        assert len(tokenizer.encode(marker, add_special_tokens=False)) == 1, marker
+
+
+# MiniMax-M2
+
+
+def test_minimax_m2_makes_a_turns_calls_in_one_section(tokenizers: dict[str, Any]) -> None:
+    tokenizer = tokenizers["minimax_m2"]
+    text = history(
+        tokenizer,
+        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}},
+        {"name": "get_weather", "arguments": {"city": "Rome"}},
+    )
+    assert text == (
+        "<minimax:tool_call>\n"
+        '<invoke name="get_weather">\n<parameter name="city">Oslo</parameter>\n'
+        '<parameter name="days">3</parameter>\n</invoke>\n'
+        '<invoke name="get_weather">\n<parameter name="city">Rome</parameter>\n</invoke>\n'
+        "</minimax:tool_call>"
+    )
+    assert read_back(tokenizer, text) == [
+        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}},
+        {"name": "get_weather", "arguments": {"city": "Rome"}},
+    ]
+
+
+def test_minimax_m2_lists_each_tool_in_a_tool_element(tokenizers: dict[str, Any]) -> None:
+    text = tokenizers["minimax_m2"].apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tools=[TOOL], tokenize=False
+    )
+    assert '<tools>\n<tool>{"type": "function", "function": {"name": "get_weather", ' in text
+    assert "}}</tool>\n</tools>" in text
+
+
+def test_minimax_m2_values_lose_the_space_at_their_edges(tokenizers: dict[str, Any]) -> None:
+    tokenizer = tokenizers["minimax_m2"]
+    assert round_trip(tokenizer, {"city": "two\nlines <b> & c"}) == {"city": "two\nlines <b> & c"}
+    assert round_trip(tokenizer, {"city": "  Oslo\n"}) == {"city": "Oslo"}
+    assert round_trip(tokenizer, {"city": "a</parameter>b"}) == {"city": "a"}
+
+
+# MiniCPM5
+
+
+def test_minicpm5_writes_calls_one_after_another_with_no_wrapper(tokenizers: dict[str, Any]) -> None:
+    tokenizer = tokenizers["minicpm5"]
+    text = history(
+        tokenizer,
+        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}},
+        {"name": "get_weather", "arguments": {"city": "Rome"}},
+        content="Both.",
+    )
+    assert text == (
+        'Both.\n<function name="get_weather"><param name="city">Oslo</param><param name="days">3</param>'
+        '</function><function name="get_weather"><param name="city">Rome</param></function>'
+    )
+    assert [c["arguments"] for c in read_back(tokenizer, text)] == [
+        {"city": "Oslo", "days": 3},
+        {"city": "Rome"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("city", "written"),
+    [
+        ("Oslo", "Oslo"),
+        ("a < b", "<![CDATA[a < b]]>"),
+        ("Q&A", "<![CDATA[Q&A]]>"),
+        ("two\nlines", "<![CDATA[two\nlines]]>"),
+        (" padded ", "<![CDATA[ padded ]]>"),
+        ("x]]>y", "x]]>y"),
+    ],
+)
+def test_minicpm5_puts_a_value_in_cdata_where_its_parser_expects_one(
+    tokenizers: dict[str, Any], city: str, written: str
+) -> None:
+    tokenizer = tokenizers["minicpm5"]
+    text = history(tokenizer, {"name": "get_weather", "arguments": {"city": city}})
+    assert f'<param name="city">{written}</param>' in text
+    assert round_trip(tokenizer, {"city": city}) == {"city": city}
+
+
+def test_minicpm5_a_value_holding_the_closing_tag_ends_there(tokenizers: dict[str, Any]) -> None:
+    tokenizer = tokenizers["minicpm5"]
+    assert round_trip(tokenizer, {"city": "<x></param>y", "days": 1}) == {"city": "<![CDATA[<x>", "days": 1}
+
+
+# Muse Spark
+
+
+def test_muse_spark_makes_a_turns_calls_in_one_atem_block(tokenizers: dict[str, Any]) -> None:
+    tokenizer = tokenizers["muse_spark"]
+    text = history(
+        tokenizer,
+        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}},
+        {"name": "get_weather", "arguments": {"city": "Rome"}},
+    )
+    assert text == (
+        "<atem:function_calls>\n"
+        '<atem:invoke name="get_weather">\n<atem:parameter name="city">Oslo</atem:parameter>\n'
+        '<atem:parameter name="days">3</atem:parameter>\n</atem:invoke>\n'
+        '<atem:invoke name="get_weather">\n<atem:parameter name="city">Rome</atem:parameter>\n'
+        "</atem:invoke>\n</atem:function_calls>"
+    )
+    assert [c["arguments"] for c in read_back(tokenizer, text)] == [
+        {"city": "Oslo", "days": 3},
+        {"city": "Rome"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("city", "written"),
+    [
+        ("Oslo <b> & c", "Oslo <b> & c"),
+        ("two\nlines", "two\nlines"),
+        ("3", '"3"'),
+        ("-1.5e3", '"-1.5e3"'),
+        ("true", '"true"'),
+        ("null", '"null"'),
+        ("[draft", '"[draft"'),
+        ('"quoted"', '"\\"quoted\\""'),
+        (" padded", '" padded"'),
+    ],
+)
+def test_muse_spark_quotes_a_string_only_where_it_would_read_back_as_something_else(
+    tokenizers: dict[str, Any], city: str, written: str
+) -> None:
+    tokenizer = tokenizers["muse_spark"]
+    text = history(tokenizer, {"name": "get_weather", "arguments": {"city": city}})
+    assert f'<atem:parameter name="city">{written}</atem:parameter>' in text
+    # Its parser ignores the tool's declared types: only the writing keeps a string a string.
+    (call,) = read_back(tokenizer, text)
+    assert call["arguments"] == {"city": city}
+
+
+def test_muse_spark_a_value_holding_the_closing_tag_ends_there(tokenizers: dict[str, Any]) -> None:
+    assert round_trip(tokenizers["muse_spark"], {"city": "a</atem:parameter>b"}) == {"city": "a"}
+
+
+def test_muse_spark_thinks_with_mlx_lms_think_tokens_and_has_no_think_tags(
+    tokenizers: dict[str, Any],
+) -> None:
+    tokenizer = tokenizers["muse_spark"]
+    assert (tokenizer.think_start, tokenizer.think_end) == ("<|think:start|>", "<|think:end|>")
+    assert "<think>" not in tokenizer.get_vocab()
+
+
+def test_muse_spark_names_the_tool_a_result_comes_from_when_the_client_does(
+    tokenizers: dict[str, Any],
+) -> None:
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "c2", "content": "rain"},
+    ]
+    text = tokenizers["muse_spark"].apply_chat_template(messages, tokenize=False)
+    assert '<|tool|>\n<tool_output name="get_weather">\nsunny\n</tool_output><|end|>\n' in text
+    assert "<|tool|>\n<tool_output>\nrain\n</tool_output><|end|>\n" in text
