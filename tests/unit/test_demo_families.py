@@ -22,8 +22,15 @@ pytestmark = pytest.mark.unit
 
 
 def _built() -> list[str]:
-    found = importlib.util.find_spec
-    return sorted(name for name, module in FAMILIES.items() if found(f"mlxhost.demo.families.{module}"))
+    names = []
+    for name, module in FAMILIES.items():
+        if importlib.util.find_spec(f"mlxhost.demo.families.{module}"):
+            try:
+                family(name)
+            except KeyError:  # its module is there, this family not yet
+                continue
+            names.append(name)
+    return sorted(names)
 
 
 NAMES = _built()
@@ -50,6 +57,9 @@ ARGUMENTS: dict[str, Any] = {
     "where": {"lat": 1.5, "lon": -2},
     "note": None,
 }
+# FunctionGemma's parser reads flat key:value pairs only (its regex ends a call at the first "}"
+# and a bare value at the first ","): nested objects and arrays cannot come back from it.
+FLAT = {"function_gemma"}
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +94,12 @@ def test_the_template_offers_the_tools(tokenizers: dict[str, Any], name: str) ->
 @pytest.mark.parametrize("name", NAMES)
 def test_a_rendered_call_reads_back_by_the_familys_parser(tokenizers: dict[str, Any], name: str) -> None:
     tokenizer = tokenizers[name]
+    arguments = (
+        {k: v for k, v in ARGUMENTS.items() if k not in ("tags", "where")} if name in FLAT else ARGUMENTS
+    )
     oslo = {"city": "Oslo"}
     calls = [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ARGUMENTS}},
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}},
         {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": oslo}},
     ]
     messages = [
@@ -106,7 +119,7 @@ def test_a_rendered_call_reads_back_by_the_familys_parser(tokenizers: dict[str, 
         parsed = tokenizer.tool_parser(body, [WEATHER])
         read += parsed if isinstance(parsed, list) else [parsed]
     assert [(c["name"], _normalized(c["arguments"])) for c in read] == [
-        ("get_weather", ARGUMENTS),
+        ("get_weather", arguments),
         ("get_weather", {"city": "Oslo"}),
     ], text
 

@@ -1,0 +1,242 @@
+"""Every family's demo variant served by the real engine and routes (in this process, through the
+SDKs): forced calls parse and validate, a streamed call assembles to exactly the whole one in each
+dialect, a call cut by the token limit ends as each official API ends it, a tool result goes back
+in, and a thinking budget holds for the family's think markers.
+
+The families here are those with both a demo variant (demo/families/) and a format
+(tool_formats/). Fifty random walks of each grammar are in test_tool_formats.py; the model's own
+samples here are fewer (each is a real generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import pytest
+
+from mlxhost import demo
+from mlxhost.demo.families import FAMILIES, family
+from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, ThinkingBudget
+from mlxhost.worker.engine.output import Markers, OutputParser
+from mlxhost.worker.engine.tool_formats import available
+from tests.unit.family_worker import family_worker
+from tests.unit.tool_format_helpers import TOOLS, openai_tools
+
+pytestmark = [pytest.mark.unit, pytest.mark.slow]
+
+NAMES = sorted(
+    name
+    for name in set(available()) & set(FAMILIES)
+    if importlib.util.find_spec(f"mlxhost.demo.families.{FAMILIES[name]}")
+)
+THINKING = [name for name in NAMES if family(name).think is not None]
+SEEDS = range(8)
+ASK = [{"role": "user", "content": "Use a tool."}]
+FUNCTIONS = openai_tools(TOOLS)
+VALIDATORS = {t.name: jsonschema_rs.validator_for(dict(t.parameters or {})) for t in TOOLS}
+ANTHROPIC_TOOLS = [{"name": t.name, "input_schema": dict(t.parameters or {})} for t in TOOLS]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the engine hands results over with loop.call_soon_threadsafe
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("family-models")
+    return {name: demo.make_model(root / name, "tiny", 0, name) for name in NAMES}
+
+
+def valid(name: str, arguments: str) -> bool:
+    return VALIDATORS[name].is_valid(json.loads(arguments))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", NAMES)
+async def test_forced_calls_parse_and_validate(models: dict[str, Path], name: str) -> None:
+    async with family_worker(models[name]) as worker:
+
+        async def ask(seed: int, choice: Any, parallel: bool) -> Any:
+            reply = await worker.openai.chat.completions.create(
+                model="tiny", messages=ASK, tools=FUNCTIONS, tool_choice=choice,  # type: ignore[arg-type]
+                parallel_tool_calls=parallel, seed=seed, max_tokens=300, temperature=1.0,
+            )  # fmt: skip
+            return reply.choices[0]
+
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        replies = await asyncio.gather(
+            *(ask(seed, named, True) for seed in SEEDS), *(ask(seed, "required", True) for seed in SEEDS)
+        )
+    for i, choice in enumerate(replies):
+        calls = choice.message.tool_calls or []
+        assert calls, choice
+        assert "<" not in (choice.message.content or "") or choice.message.content is None, choice
+        assert all(valid(c.function.name, c.function.arguments) for c in calls), calls
+        if i < len(SEEDS):  # named: exactly one call, to that tool
+            assert choice.finish_reason == "tool_calls", choice
+            assert [c.function.name for c in calls] == ["get_weather"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", NAMES)
+async def test_a_streamed_call_is_the_whole_call_in_every_dialect(models: dict[str, Path], name: str) -> None:
+    named = {"type": "function", "function": {"name": "tag_files"}}
+    async with family_worker(models[name]) as worker:
+        chat = {
+            "model": "tiny",
+            "messages": ASK,
+            "tools": FUNCTIONS,
+            "tool_choice": named,
+            "seed": 3,
+            "max_tokens": 300,
+        }
+        whole = (await worker.openai.chat.completions.create(**chat)).choices[0].message.tool_calls  # type: ignore[arg-type]
+        pieces: dict[int, list[Any]] = {}
+        async for chunk in await worker.openai.chat.completions.create(**chat, stream=True):  # type: ignore[arg-type]
+            for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                pieces.setdefault(delta.index, []).append(delta)
+        assert whole is not None and len(pieces) == len(whole) == 1
+        head, *rest = pieces[0]
+        assert head.id and head.function.name == "tag_files" and head.function.arguments == ""
+        assert len(rest) >= 2  # the arguments came in pieces, as they were written
+        assert "".join(d.function.arguments for d in rest) == whole[0].function.arguments
+        assert valid("tag_files", whole[0].function.arguments)
+
+        # Messages takes no seed: the stream is checked against its own final message.
+        body = {"model": "tiny", "max_tokens": 300, "messages": ASK, "tools": ANTHROPIC_TOOLS,
+                "tool_choice": {"type": "tool", "name": "tag_files"}}  # fmt: skip
+        async with worker.anthropic.messages.stream(**body) as stream:  # type: ignore[arg-type]
+            events = [event async for event in stream]
+            final = await stream.get_final_message()
+        [block] = final.content
+        partial = "".join(
+            e.delta.partial_json
+            for e in events
+            if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+        )
+        assert block.type == "tool_use" and json.loads(partial) == block.input
+        assert VALIDATORS["tag_files"].is_valid(block.input)
+
+        response = {"model": "tiny", "input": ASK, "tools": [{"type": "function", **f["function"]} for f in FUNCTIONS],
+                    "tool_choice": {"type": "function", "name": "tag_files"}, "max_output_tokens": 300}  # fmt: skip
+        events = [e async for e in await worker.openai.responses.create(**response, stream=True)]  # type: ignore[arg-type]
+        deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")  # type: ignore[union-attr]
+        done = [e for e in events if e.type == "response.function_call_arguments.done"]
+        assert [d.arguments for d in done] == [deltas] and valid("tag_files", deltas)  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", NAMES)
+async def test_a_call_cut_by_the_token_limit_is_no_call_and_no_text(
+    models: dict[str, Path], name: str
+) -> None:
+    start = family(name).chat_template and _call_start(models[name])
+    async with family_worker(models[name]) as worker:
+        named = {"type": "function", "function": {"name": "tag_files"}}
+        chat = await worker.openai.chat.completions.create(
+            model="tiny",
+            messages=ASK,
+            tools=FUNCTIONS,
+            tool_choice=named,
+            max_tokens=6,  # type: ignore[arg-type]
+        )
+        choice = chat.choices[0]
+        assert choice.finish_reason == "length" and not choice.message.tool_calls
+        assert not choice.message.content, choice.message.content
+
+        message = await worker.anthropic.messages.create(
+            model="tiny", max_tokens=6, messages=ASK, tools=ANTHROPIC_TOOLS,  # type: ignore[arg-type]
+            tool_choice={"type": "tool", "name": "tag_files"},
+        )  # fmt: skip
+        assert message.stop_reason == "max_tokens" and message.content == []
+
+        response = await worker.openai.responses.create(
+            model="tiny", input=ASK, max_output_tokens=6,  # type: ignore[arg-type]
+            tools=[{"type": "function", **f["function"]} for f in FUNCTIONS],  # type: ignore[misc]
+            tool_choice={"type": "function", "name": "tag_files"},
+        )  # fmt: skip
+        assert response.status == "incomplete" and response.incomplete_details is not None
+        assert response.incomplete_details.reason == "max_output_tokens"
+        assert start not in response.output_text and not [
+            i for i in response.output if i.type == "function_call"
+        ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", NAMES)
+async def test_a_tool_result_goes_back_in_every_dialect(models: dict[str, Path], name: str) -> None:
+    arguments = {"city": "Oslo", "days": 2}
+    async with family_worker(models[name]) as worker:
+        chat = await worker.openai.chat.completions.create(
+            model="tiny", tools=FUNCTIONS, max_tokens=4,  # type: ignore[arg-type]
+            messages=[
+                *ASK,
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": json.dumps(arguments)}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            ],
+        )  # fmt: skip
+        assert chat.choices[0].finish_reason in ("length", "stop", "tool_calls")
+
+        message = await worker.anthropic.messages.create(
+            model="tiny", max_tokens=4, tools=ANTHROPIC_TOOLS,  # type: ignore[arg-type]
+            messages=[
+                *ASK,
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                                   "input": arguments}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True,
+                                              "content": [{"type": "text", "text": "no such city"}]}]},
+            ],
+        )  # fmt: skip
+        assert message.usage.input_tokens > 0
+
+        response = await worker.openai.responses.create(
+            model="tiny", max_output_tokens=4,  # type: ignore[arg-type]
+            tools=[{"type": "function", **f["function"]} for f in FUNCTIONS],  # type: ignore[misc]
+            input=[
+                *ASK,
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": json.dumps(arguments)},
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+            ],
+        )  # fmt: skip
+        assert response.status in ("completed", "incomplete")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", THINKING)
+async def test_the_thinking_budget_holds_and_the_reasoning_splits(models: dict[str, Path], name: str) -> None:
+    async with family_worker(models[name]) as worker:
+        tokenizer = worker.engine.tokenizer
+        assert tokenizer.think_ids is not None
+        start, end = tokenizer.think_ids
+        prompt = [*await worker.engine.encode("Think first."), *start]  # the prompt opens the block
+        request = GenerationRequest(
+            prompt, 24, SamplingParams(temperature=1.0, seed=5), logprobs=0,
+            thinking_budget=ThinkingBudget(5, start, end, open=True),
+        )  # fmt: skip
+        async with worker.engine.generate(request) as session:
+            deltas = [delta async for delta in session]
+    ids = [tokenizer.decoder.convert_tokens_to_ids(lp.token) for d in deltas for lp in d.logprobs or ()]
+    text = "".join(d.text for d in deltas)
+    # At most the budget inside the block, then the end marker whole.
+    closing = next(i for i in range(len(ids)) if tuple(ids[i : i + len(end)]) == end)
+    assert closing <= 5
+    parser = OutputParser(tokenizer.markers, reasoning=True)
+    out = parser.feed(text)
+    out.add(parser.finish())
+    markers: Markers = tokenizer.markers
+    assert markers.think_end is not None and markers.think_end not in out.reasoning + out.content
+    assert text.startswith(out.reasoning.rstrip("\n")[:5])
+
+
+def _call_start(model: Path) -> str:
+    from mlx_lm.tokenizer_utils import load
+
+    return str(load(model).tool_call_start)
