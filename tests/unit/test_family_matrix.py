@@ -39,6 +39,7 @@ SEEDS = range(8)
 ASK = [{"role": "user", "content": "Use a tool."}]
 FUNCTIONS = openai_tools(TOOLS)
 VALIDATORS = {t.name: jsonschema_rs.validator_for(dict(t.parameters or {})) for t in TOOLS}
+RESPONSES_TOOLS = [{"type": "function", **f["function"]} for f in FUNCTIONS]
 ANTHROPIC_TOOLS = [{"name": t.name, "input_schema": dict(t.parameters or {})} for t in TOOLS]
 
 
@@ -123,10 +124,11 @@ async def test_a_streamed_call_is_the_whole_call_in_every_dialect(models: dict[s
         assert block.type == "tool_use" and json.loads(partial) == block.input
         assert VALIDATORS["tag_files"].is_valid(block.input)
 
-        response = {"model": "tiny", "input": ASK, "tools": [{"type": "function", **f["function"]} for f in FUNCTIONS],
-                    "tool_choice": {"type": "function", "name": "tag_files"}, "max_output_tokens": 300}  # fmt: skip
+        response = {"model": "tiny", "input": ASK, "tools": RESPONSES_TOOLS, "max_output_tokens": 300,
+                    "tool_choice": {"type": "function", "name": "tag_files"}}  # fmt: skip
         events = [e async for e in await worker.openai.responses.create(**response, stream=True)]  # type: ignore[arg-type]
-        deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")  # type: ignore[union-attr]
+        kind = "response.function_call_arguments.delta"
+        deltas = "".join(e.delta for e in events if e.type == kind)  # type: ignore[union-attr]
         done = [e for e in events if e.type == "response.function_call_arguments.done"]
         assert [d.arguments for d in done] == [deltas] and valid("tag_files", deltas)  # type: ignore[union-attr]
 
@@ -158,7 +160,7 @@ async def test_a_call_cut_by_the_token_limit_is_no_call_and_no_text(
 
         response = await worker.openai.responses.create(
             model="tiny", input=ASK, max_output_tokens=6,  # type: ignore[arg-type]
-            tools=[{"type": "function", **f["function"]} for f in FUNCTIONS],  # type: ignore[misc]
+            tools=RESPONSES_TOOLS,  # type: ignore[arg-type]
             tool_choice={"type": "function", "name": "tag_files"},
         )  # fmt: skip
         assert response.status == "incomplete" and response.incomplete_details is not None
@@ -191,7 +193,8 @@ async def test_a_tool_result_goes_back_in_every_dialect(models: dict[str, Path],
                 *ASK,
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
                                                    "input": arguments}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True,
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "is_error": True,
                                               "content": [{"type": "text", "text": "no such city"}]}]},
             ],
         )  # fmt: skip
@@ -199,10 +202,11 @@ async def test_a_tool_result_goes_back_in_every_dialect(models: dict[str, Path],
 
         response = await worker.openai.responses.create(
             model="tiny", max_output_tokens=4,  # type: ignore[arg-type]
-            tools=[{"type": "function", **f["function"]} for f in FUNCTIONS],  # type: ignore[misc]
+            tools=RESPONSES_TOOLS,  # type: ignore[arg-type]
             input=[
                 *ASK,
-                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": json.dumps(arguments)},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                 "arguments": json.dumps(arguments)},
                 {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
             ],
         )  # fmt: skip
