@@ -29,12 +29,22 @@ from tests.unit.tool_format_helpers import TOOLS, openai_tools
 
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
-NAMES = sorted(
-    name
-    for name in set(available()) & set(FAMILIES)
-    if importlib.util.find_spec(f"mlxhost.demo.families.{FAMILIES[name]}")
-)
-THINKING = [name for name in NAMES if family(name).think is not None]
+
+def _variants() -> list[str]:
+    names = []
+    for name, module in FAMILIES.items():
+        if importlib.util.find_spec(f"mlxhost.demo.families.{module}"):
+            try:
+                family(name)
+            except KeyError:  # its module is there, this family not yet
+                continue
+            names.append(name)
+    return sorted(names)
+
+
+VARIANTS = _variants()
+NAMES = sorted(set(available()) & set(VARIANTS))  # a variant, and a format to force and stream
+THINKING = [name for name in VARIANTS if family(name).think is not None]
 SEEDS = range(8)
 ASK = [{"role": "user", "content": "Use a tool."}]
 FUNCTIONS = openai_tools(TOOLS)
@@ -51,7 +61,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("family-models")
-    return {name: demo.make_model(root / name, "tiny", 0, name) for name in NAMES}
+    return {name: demo.make_model(root / name, "tiny", 0, name) for name in VARIANTS}
 
 
 def valid(name: str, arguments: str) -> bool:
@@ -172,45 +182,59 @@ async def test_a_call_cut_by_the_token_limit_is_no_call_and_no_text(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("name", NAMES)
-async def test_a_tool_result_goes_back_in_every_dialect(models: dict[str, Path], name: str) -> None:
+async def test_an_agents_history_goes_back_in_every_dialect(models: dict[str, Path], name: str) -> None:
+    """An assistant turn with reasoning and a call, then the call's result (an error, as blocks):
+    each dialect takes it, and the result's text reaches the prompt (a longer result, more tokens)."""
     arguments = {"city": "Oslo", "days": 2}
+    thought = "The user wants Oslo's weather."
     async with family_worker(models[name]) as worker:
-        chat = await worker.openai.chat.completions.create(
-            model="tiny", tools=FUNCTIONS, max_tokens=4,  # type: ignore[arg-type]
-            messages=[
-                *ASK,
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function",
-                     "function": {"name": "get_weather", "arguments": json.dumps(arguments)}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-            ],
-        )  # fmt: skip
-        assert chat.choices[0].finish_reason in ("length", "stop", "tool_calls")
 
-        message = await worker.anthropic.messages.create(
-            model="tiny", max_tokens=4, tools=ANTHROPIC_TOOLS,  # type: ignore[arg-type]
-            messages=[
-                *ASK,
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
-                                                   "input": arguments}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
-                                              "is_error": True,
-                                              "content": [{"type": "text", "text": "no such city"}]}]},
-            ],
-        )  # fmt: skip
-        assert message.usage.input_tokens > 0
+        async def chat(result: str) -> int:
+            reply = await worker.openai.chat.completions.create(
+                model="tiny", tools=FUNCTIONS, max_tokens=2,  # type: ignore[arg-type]
+                messages=[
+                    *ASK,
+                    {"role": "assistant", "content": None, "reasoning_content": thought, "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": json.dumps(arguments)}}]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": result}]},
+                ],
+            )  # fmt: skip
+            assert reply.usage is not None
+            return reply.usage.prompt_tokens
 
-        response = await worker.openai.responses.create(
-            model="tiny", max_output_tokens=4,  # type: ignore[arg-type]
-            tools=RESPONSES_TOOLS,  # type: ignore[arg-type]
-            input=[
-                *ASK,
-                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
-                 "arguments": json.dumps(arguments)},
-                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-            ],
-        )  # fmt: skip
-        assert response.status in ("completed", "incomplete")
+        async def messages(result: str) -> int:
+            reply = await worker.anthropic.messages.create(
+                model="tiny", max_tokens=2, tools=ANTHROPIC_TOOLS,  # type: ignore[arg-type]
+                messages=[
+                    *ASK,
+                    {"role": "assistant", "content": [
+                        {"type": "thinking", "thinking": thought, "signature": ""},
+                        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": arguments}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                  "is_error": True,
+                                                  "content": [{"type": "text", "text": result}]}]},
+                ],
+            )  # fmt: skip
+            return reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0)
+
+        async def responses(result: str) -> int:
+            reply = await worker.openai.responses.create(
+                model="tiny", max_output_tokens=2, tools=RESPONSES_TOOLS,  # type: ignore[arg-type]
+                input=[
+                    *ASK,
+                    {"type": "reasoning", "summary": [],
+                     "content": [{"type": "reasoning_text", "text": thought}]},
+                    {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                     "arguments": json.dumps(arguments)},
+                    {"type": "function_call_output", "call_id": "call_1", "output": result},
+                ],
+            )  # fmt: skip
+            assert reply.usage is not None
+            return reply.usage.input_tokens
+
+        for dialect in (chat, messages, responses):
+            assert await dialect("no such city, try another one") > await dialect("no such city"), dialect
 
 
 @pytest.mark.anyio
@@ -237,7 +261,8 @@ async def test_the_thinking_budget_holds_and_the_reasoning_splits(models: dict[s
     out.add(parser.finish())
     markers: Markers = tokenizer.markers
     assert markers.think_end is not None and markers.think_end not in out.reasoning + out.content
-    assert text.startswith(out.reasoning.rstrip("\n")[:5])
+    thought, answer = text.split(markers.think_end, 1)
+    assert (out.reasoning, out.content) == (thought.lstrip("\n"), answer.lstrip("\n"))
 
 
 def _call_start(model: Path) -> str:

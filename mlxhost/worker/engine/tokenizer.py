@@ -66,8 +66,10 @@ class Tokenizer:
         self.think_ids = _think_ids(tokenizer) if self.has_thinking else None
         # The family's call syntax by the name of mlx-lm's parser module ("qwen3_coder"), and
         # what forces and streams it (None: a syntax calls cannot be forced in, and stream whole).
+        # load() records the type it inferred or was told (laguna's parser is glm47's module).
+        named = (getattr(tokenizer, "init_kwargs", None) or {}).get("tool_parser_type")
         module = getattr(self.tool_parser, "__module__", "") or ""
-        self.tool_parser_type = module.rsplit(".", 1)[-1] if self.tool_parser is not None else None
+        self.tool_parser_type = (named or module.rsplit(".", 1)[-1]) if self.tool_parser is not None else None
         self.tool_format = tool_format(self.tool_parser_type)
         # One encode at a time, off the event loop (see _run). Made in the generation thread,
         # which loads the model: anyio binds the limiter to the event loop at its first use.
