@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 from mlxhost import demo
 from mlxhost.demo.families import FAMILIES, family
 from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, ThinkingBudget
-from mlxhost.worker.engine.output import Markers, OutputParser
+from mlxhost.worker.engine.output import Markers, Output, OutputParser
 from mlxhost.worker.engine.tool_formats import available
 from tests.unit.family_worker import family_worker
 from tests.unit.tool_format_helpers import TOOLS, openai_tools
@@ -51,6 +52,29 @@ FUNCTIONS = openai_tools(TOOLS)
 VALIDATORS = {t.name: jsonschema_rs.validator_for(dict(t.parameters or {})) for t in TOOLS}
 RESPONSES_TOOLS = [{"type": "function", **f["function"]} for f in FUNCTIONS]
 ANTHROPIC_TOOLS = [{"name": t.name, "input_schema": dict(t.parameters or {})} for t in TOOLS]
+# FunctionGemma's syntax holds flat values only: its calls are forced to the tools without nested
+# ones (a nested one is refused, see the last test).
+FLAT = {"function_gemma"}
+
+
+@dataclass(frozen=True)
+class Offered:
+    """The tools a family is offered, in each dialect's form, and the richest one to force."""
+
+    functions: list[dict[str, Any]]
+    responses: list[dict[str, Any]]
+    anthropic: list[dict[str, Any]]
+    rich: str
+
+
+def offered(name: str) -> Offered:
+    keep = [i for i, t in enumerate(TOOLS) if not (name in FLAT and t.name == "tag_files")]
+    return Offered(
+        [FUNCTIONS[i] for i in keep],
+        [RESPONSES_TOOLS[i] for i in keep],
+        [ANTHROPIC_TOOLS[i] for i in keep],
+        "get_weather" if name in FLAT else "tag_files",
+    )
 
 
 @pytest.fixture
@@ -71,11 +95,12 @@ def valid(name: str, arguments: str) -> bool:
 @pytest.mark.anyio
 @pytest.mark.parametrize("name", NAMES)
 async def test_forced_calls_parse_and_validate(models: dict[str, Path], name: str) -> None:
+    tools = offered(name)
     async with family_worker(models[name]) as worker:
 
         async def ask(seed: int, choice: Any, parallel: bool) -> Any:
             reply = await worker.openai.chat.completions.create(
-                model="tiny", messages=ASK, tools=FUNCTIONS, tool_choice=choice,  # type: ignore[arg-type]
+                model="tiny", messages=ASK, tools=tools.functions, tool_choice=choice,  # type: ignore[arg-type]
                 parallel_tool_calls=parallel, seed=seed, max_tokens=300, temperature=1.0,
             )  # fmt: skip
             return reply.choices[0]
@@ -97,12 +122,13 @@ async def test_forced_calls_parse_and_validate(models: dict[str, Path], name: st
 @pytest.mark.anyio
 @pytest.mark.parametrize("name", NAMES)
 async def test_a_streamed_call_is_the_whole_call_in_every_dialect(models: dict[str, Path], name: str) -> None:
-    named = {"type": "function", "function": {"name": "tag_files"}}
+    tools = offered(name)
+    named = {"type": "function", "function": {"name": tools.rich}}
     async with family_worker(models[name]) as worker:
         chat = {
             "model": "tiny",
             "messages": ASK,
-            "tools": FUNCTIONS,
+            "tools": tools.functions,
             "tool_choice": named,
             "seed": 3,
             "max_tokens": 300,
@@ -114,14 +140,14 @@ async def test_a_streamed_call_is_the_whole_call_in_every_dialect(models: dict[s
                 pieces.setdefault(delta.index, []).append(delta)
         assert whole is not None and len(pieces) == len(whole) == 1
         head, *rest = pieces[0]
-        assert head.id and head.function.name == "tag_files" and head.function.arguments == ""
+        assert head.id and head.function.name == tools.rich and head.function.arguments == ""
         assert len(rest) >= 2  # the arguments came in pieces, as they were written
         assert "".join(d.function.arguments for d in rest) == whole[0].function.arguments
-        assert valid("tag_files", whole[0].function.arguments)
+        assert valid(tools.rich, whole[0].function.arguments)
 
         # Messages takes no seed: the stream is checked against its own final message.
-        body = {"model": "tiny", "max_tokens": 300, "messages": ASK, "tools": ANTHROPIC_TOOLS,
-                "tool_choice": {"type": "tool", "name": "tag_files"}}  # fmt: skip
+        body = {"model": "tiny", "max_tokens": 300, "messages": ASK, "tools": tools.anthropic,
+                "tool_choice": {"type": "tool", "name": tools.rich}}  # fmt: skip
         async with worker.anthropic.messages.stream(**body) as stream:  # type: ignore[arg-type]
             events = [event async for event in stream]
             final = await stream.get_final_message()
@@ -132,15 +158,15 @@ async def test_a_streamed_call_is_the_whole_call_in_every_dialect(models: dict[s
             if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
         )
         assert block.type == "tool_use" and json.loads(partial) == block.input
-        assert VALIDATORS["tag_files"].is_valid(block.input)
+        assert VALIDATORS[tools.rich].is_valid(block.input)
 
-        response = {"model": "tiny", "input": ASK, "tools": RESPONSES_TOOLS, "max_output_tokens": 300,
-                    "tool_choice": {"type": "function", "name": "tag_files"}}  # fmt: skip
+        response = {"model": "tiny", "input": ASK, "tools": tools.responses, "max_output_tokens": 300,
+                    "tool_choice": {"type": "function", "name": tools.rich}}  # fmt: skip
         events = [e async for e in await worker.openai.responses.create(**response, stream=True)]  # type: ignore[arg-type]
         kind = "response.function_call_arguments.delta"
         deltas = "".join(e.delta for e in events if e.type == kind)  # type: ignore[union-attr]
         done = [e for e in events if e.type == "response.function_call_arguments.done"]
-        assert [d.arguments for d in done] == [deltas] and valid("tag_files", deltas)  # type: ignore[union-attr]
+        assert [d.arguments for d in done] == [deltas] and valid(tools.rich, deltas)  # type: ignore[union-attr]
 
 
 @pytest.mark.anyio
@@ -148,13 +174,14 @@ async def test_a_streamed_call_is_the_whole_call_in_every_dialect(models: dict[s
 async def test_a_call_cut_by_the_token_limit_is_no_call_and_no_text(
     models: dict[str, Path], name: str
 ) -> None:
-    start = family(name).chat_template and _call_start(models[name])
+    tools = offered(name)
+    start = _call_start(models[name])
     async with family_worker(models[name]) as worker:
-        named = {"type": "function", "function": {"name": "tag_files"}}
+        named = {"type": "function", "function": {"name": tools.rich}}
         chat = await worker.openai.chat.completions.create(
             model="tiny",
             messages=ASK,
-            tools=FUNCTIONS,
+            tools=tools.functions,
             tool_choice=named,
             max_tokens=6,  # type: ignore[arg-type]
         )
@@ -163,15 +190,15 @@ async def test_a_call_cut_by_the_token_limit_is_no_call_and_no_text(
         assert not choice.message.content, choice.message.content
 
         message = await worker.anthropic.messages.create(
-            model="tiny", max_tokens=6, messages=ASK, tools=ANTHROPIC_TOOLS,  # type: ignore[arg-type]
-            tool_choice={"type": "tool", "name": "tag_files"},
+            model="tiny", max_tokens=6, messages=ASK, tools=tools.anthropic,  # type: ignore[arg-type]
+            tool_choice={"type": "tool", "name": tools.rich},
         )  # fmt: skip
         assert message.stop_reason == "max_tokens" and message.content == []
 
         response = await worker.openai.responses.create(
             model="tiny", input=ASK, max_output_tokens=6,  # type: ignore[arg-type]
-            tools=RESPONSES_TOOLS,  # type: ignore[arg-type]
-            tool_choice={"type": "function", "name": "tag_files"},
+            tools=tools.responses,  # type: ignore[arg-type]
+            tool_choice={"type": "function", "name": tools.rich},
         )  # fmt: skip
         assert response.status == "incomplete" and response.incomplete_details is not None
         assert response.incomplete_details.reason == "max_output_tokens"
@@ -256,16 +283,57 @@ async def test_the_thinking_budget_holds_and_the_reasoning_splits(models: dict[s
     # At most the budget inside the block, then the end marker whole.
     closing = next(i for i in range(len(ids)) if tuple(ids[i : i + len(end)]) == end)
     assert closing <= 5
-    parser = OutputParser(tokenizer.markers, reasoning=True)
-    out = parser.feed(text)
-    out.add(parser.finish())
+    out = _split(tokenizer.markers, [text])
+    streamed = _split(tokenizer.markers, [d.text for d in deltas])  # as the engine handed it over
+    assert (streamed.reasoning, streamed.content) == (out.reasoning, out.content)
     markers: Markers = tokenizer.markers
     assert markers.think_end is not None and markers.think_end not in out.reasoning + out.content
     thought, answer = text.split(markers.think_end, 1)
     assert (out.reasoning, out.content) == (thought.lstrip("\n"), answer.lstrip("\n"))
 
 
+def _split(markers: Markers, pieces: list[str]) -> Output:
+    parser = OutputParser(markers, reasoning=True)
+    out = Output()
+    for piece in pieces:
+        out.add(parser.feed(piece))
+    out.add(parser.finish())
+    return out
+
+
 def _call_start(model: Path) -> str:
     from mlx_lm.tokenizer_utils import load
 
     return str(load(model).tool_call_start)
+
+
+@pytest.mark.anyio
+async def test_a_syntax_with_no_format_refuses_a_forced_call_naming_tool_choice(
+    models: dict[str, Path],
+) -> None:
+    """A parser mlx-lm may add later, which nothing here can force: refused, never unenforced."""
+    async with family_worker(models["json_tools"]) as worker:
+        worker.engine.tokenizer.tool_format = None
+        forced = {"model": "tiny", "messages": ASK, "tools": FUNCTIONS, "max_tokens": 4}
+        reply = await worker.http.post("/v1/chat/completions", json={**forced, "tool_choice": "required"})
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "tool_choice", reply.text
+        free = await worker.http.post("/v1/chat/completions", json={**forced, "tool_choice": "auto"})
+        assert free.status_code == 200, free.text
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif("function_gemma" not in NAMES, reason="no function_gemma format yet")
+async def test_parameters_a_syntax_cannot_carry_are_refused_naming_the_tool(models: dict[str, Path]) -> None:
+    """FunctionGemma's parser reads flat values only: a forced call of a tool with a nested object
+    is refused, naming that tool's parameters; offered unforced, the tool is fine."""
+    nested = {"type": "function", "function": {"name": "place", "parameters": {
+        "type": "object", "required": ["where"],
+        "properties": {"where": {"type": "object", "properties": {"lat": {"type": "number"}}}}}}}  # fmt: skip
+    async with family_worker(models["function_gemma"]) as worker:
+        body = {"model": "tiny", "messages": ASK, "tools": [FUNCTIONS[0], nested], "max_tokens": 4}
+        reply = await worker.http.post("/v1/chat/completions", json={**body, "tool_choice": "required"})
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["param"].startswith("tools[1]"), reply.text
+        assert "place" in reply.json()["error"]["message"]
+        free = await worker.http.post("/v1/chat/completions", json={**body, "tool_choice": "auto"})
+        assert free.status_code == 200, free.text
