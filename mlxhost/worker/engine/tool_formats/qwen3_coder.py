@@ -1,0 +1,306 @@
+"""Calls as XML with an element per argument (Qwen3-Coder, Qwen3.5/3.6): mlx-lm's qwen3_coder.
+
+<tool_call>
+<function=get_weather>
+<parameter=city>
+Paris
+</parameter>
+<parameter=days>
+3
+</parameter>
+</function>
+</tool_call>
+
+One call per <tool_call> block. The parser takes a value as the text between the element's lines
+(one newline stripped at each end) and converts it by its parameter's declared `type`: a string as
+it is (the text "null", in any case, reads as None whatever the type), an integer or a number
+through float(), a boolean as "true"/"false", an object or an array as JSON; a list of types
+through Python's ast.literal_eval; no `type` at all as JSON only when that is an object or an
+array, else as the string. The grammar writes each value in a form the parser reads back as a
+valid value of its schema, and refuses what no form carries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from mlxhost.worker.engine.grammar import GrammarError, ToolSpec
+from mlxhost.worker.engine.tool_formats import (
+    PartialCall,
+    Tag,
+    ToolFormat,
+    ToolRefused,
+    arguments_prefix,
+    json_rule,
+)
+from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
+from mlxhost.worker.engine.tool_formats.xml_values import (
+    Unforceable,
+    bounded,
+    guard_json,
+    lark_literal,
+    literals,
+    parameters_of,
+    resolve,
+    same_value,
+    standalone,
+    text_terminal,
+    types_of,
+)
+
+__all__ = ["FORMATS", "Qwen3Coder"]
+
+# Text a value cannot hold: the parser ends it at the first "</parameter>", and the output parser
+# ends the whole call at the first "</tool_call>".
+WORDS: Final = ("</parameter>", "</tool_call>")
+CLOSE: Final = "\n</parameter>"
+# A name as the parser reads it after "<function=" or "<parameter=".
+_NAME: Final = re.compile(r"\s*([^\s<>]+)")
+_FUNCTION: Final = "<function="
+_PARAMETER: Final = re.compile(r"<parameter=(.*?)</parameter>", re.DOTALL)
+
+# Integers and numbers go through float(): beyond these, digits are lost or the value overflows.
+INTEGER_LIMIT: Final = 2**53
+NUMBER_LIMIT: Final = 1e15
+NULL: Final = r"(?i:null)"  # read as None, whatever the parameter's type
+# Texts json.loads might read as an object or an array (an untyped parameter's value then is one).
+JSON_CONTAINER: Final = r"[ \t\n\r]*[\[{](?s:.*)"
+# What ast.literal_eval might read (a value of a parameter whose `type` is a list): a raw string is
+# kept to an ASCII letter first, no quote after a leading word (b'…', r"…"), and no Python constant.
+_COMBINATORS: Final = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref"})
+LITERAL_SAFE: Final = r"[A-Za-z](?s:.*)"
+LITERAL_LIKE: Final = r"[A-Za-z0-9_]*['\"](?s:.*)|(?:True|False|None)(?:[^A-Za-z0-9_](?s:.*))?"
+
+
+class Qwen3Coder(ToolFormat):
+    parser = "qwen3_coder"
+
+    def grammar(self, tools: Sequence[ToolSpec], parallel: bool, tag: Tag, param: str) -> str:
+        """Each call in a <tool_call> block of its own, laid out as the chat template writes it:
+        the tags, the function and each parameter on lines of their own, the parameters in schema
+        order (the required always, the optional maybe)."""
+        if not tools:
+            raise GrammarError("no tools to call", param)
+        rules: list[str] = []
+        names = []
+        for i, tool in enumerate(tools):
+            parameters = checked_parameters(tools, i, param)
+            try:
+                rules += self._call_rules(f"c{i}", tool.name, parameters)
+            except Unforceable as exc:
+                raise ToolRefused(
+                    f"tool '{tool.name}': {exc} (Qwen3-Coder's XML calls)", tools, i, param
+                ) from None
+            names.append(f"c{i}")
+        head = [
+            "start: call (NL call)*" if parallel else "start: call",
+            f"call: {tag(self.call_start)} NL ({' | '.join(names)}) NL {tag(self.call_end)}",
+            'NL: "\\n"',
+        ]
+        return "\n".join(head + rules)
+
+    def _call_rules(self, rule: str, name: str, parameters: Mapping[str, Any]) -> list[str]:
+        if not _fits(name):
+            raise Unforceable("its name must be one word without '<' or '>'")
+        rules: list[str] = []
+        parts = [lark_literal(f"{_FUNCTION}{name}>\n")]
+        for j, (key, schema, required) in enumerate(parameters_of(parameters, _fits)):
+            try:
+                values = self._value_rules(f"{rule}_{j}", key, schema, parameters)
+            except Unforceable as exc:
+                if required:
+                    raise Unforceable(f"its parameter {key!r}: {exc}") from None
+                continue  # an optional parameter no form carries is never written
+            rules += values
+            opening = lark_literal(f"<parameter={key}>\n")
+            rules.append(f"{rule}_{j}: {opening} v{rule}_{j} NL")
+            parts.append(f"{rule}_{j}" + ("" if required else "?"))
+        parts.append(lark_literal("</function>"))
+        return [f"{rule}: {' '.join(parts)}", *rules]
+
+    def _value_rules(self, rule: str, key: str, schema: Any, root: Mapping[str, Any]) -> list[str]:
+        """`v<rule>`: one value of `schema` and the close of its element; its terminals beside."""
+        resolved = resolve(schema, root)
+        forms = _Forms(f"v{rule}", f"T{rule.upper()}")
+        if "enum" in resolved or "const" in resolved:
+            forms.literals(self._enumerated(key, schema, resolved))
+        elif isinstance(schema, Mapping) and "type" in schema:
+            self._typed(forms, resolved, root)
+        else:
+            self._untyped(forms, resolved, root)
+        return forms.rules()
+
+    def _enumerated(self, key: str, schema: Any, resolved: Mapping[str, Any]) -> list[str]:
+        if set(resolved) - {"type", "enum", "const", "title", "description", "default", "examples"}:
+            raise Unforceable("an enum beside other keywords cannot be forced")
+        kinds = types_of(resolved)
+        values = resolved["enum"] if "enum" in resolved else [resolved["const"]]
+        if not isinstance(values, list):
+            raise Unforceable("its enum must be a list")
+        values = [
+            v for v in values if _type_of(v) in kinds or (_type_of(v) == "integer" and "number" in kinds)
+        ]
+        form = {"type": "object", "properties": {key: schema}}
+        tools = [{"type": "function", "function": {"name": "f", "parameters": form}}]
+
+        def reads_back(text: str, value: Any) -> bool:
+            if any(w in text for w in WORDS):
+                return False
+            try:
+                body = f"\n{_FUNCTION}f>\n<parameter={key}>\n{text}{CLOSE}\n</function>\n"
+                return same_value(self.parse(body, tools)[0]["arguments"][key], value)
+            except Exception:  # the parser's own errors: this text does not read back
+                return False
+
+        texts = [json.loads(t) for t in literals(values, reads_back)]
+        if not texts:
+            raise Unforceable("none of its values reads back as itself")
+        return texts
+
+    def _typed(self, forms: _Forms, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+        kinds = types_of(schema)
+        single = schema["type"] if isinstance(schema["type"], str) else None
+        if set(schema) & _COMBINATORS and single not in ("integer", "number", "boolean", "object", "array"):
+            # Only a value written as JSON is checked against them (by llguidance).
+            raise Unforceable("a null, a text or a list of types beside a combinator cannot be forced")
+        if single is not None:
+            kind = single
+            if kind == "string":
+                forms.text(text_terminal(schema, WORDS, exclude=[NULL]))
+            elif kind in ("integer", "number"):
+                forms.json(_number(kind, schema))
+            elif kind == "boolean":
+                forms.json(schema)
+            elif kind == "null":
+                forms.literals(["null"])
+            else:
+                forms.json(guard_json(standalone(schema, root), WORDS))
+            return
+        # A list of types reads through ast.literal_eval: JSON's true/false/null are not Python's.
+        if kinds & {"object", "array"}:
+            raise Unforceable("an object or array among a list of types cannot be forced")
+        one = {k: v for k, v in schema.items() if k != "type"}
+        if "null" in kinds:
+            forms.literals(["null"])
+        if "boolean" in kinds:
+            forms.literals(["True", "False"])
+        for kind in ("integer", "number"):
+            if kind in kinds:
+                forms.json(_number(kind, {**one, "type": kind}))
+        if "string" in kinds:
+            exclude = [NULL, LITERAL_LIKE]
+            forms.text(text_terminal(one, WORDS, exclude=exclude, require=[LITERAL_SAFE]))
+
+    def _untyped(self, forms: _Forms, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+        """No `type`: the parser reads an object or an array as JSON, "null" as None, and anything
+        else as the string it is (never a number or a boolean)."""
+        branches = [schema]
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                if set(schema) - {key, "title", "description", "default", "examples"}:
+                    raise Unforceable(f"'{key}' beside other keywords cannot be forced")
+                branches = [resolve(b, root) for b in schema[key]]
+                if key == "oneOf" and not _disjoint([types_of(b) for b in branches]):
+                    raise Unforceable("'oneOf' branches that may share a value cannot be forced")
+        reachable = False
+        for branch in branches:
+            if "enum" in branch or "const" in branch or "anyOf" in branch or "oneOf" in branch:
+                raise Unforceable("an enum or a choice nested in a choice cannot be forced")
+            kinds = types_of(branch)
+            if "null" in kinds and not set(branch) & _COMBINATORS:
+                forms.literals(["null"])
+            if "string" in kinds:
+                strings = {k: v for k, v in branch.items() if k != "type"}
+                forms.text(text_terminal(strings, WORDS, exclude=[NULL, JSON_CONTAINER]))
+                reachable = True
+            if containers := sorted(kinds & {"object", "array"}):
+                forms.json(guard_json(standalone({**branch, "type": containers}, root), WORDS))
+                reachable = True
+        if not reachable:
+            raise Unforceable("with no 'type', the parser reads only strings, objects, arrays and null")
+
+    def partial(self, body: str, tools: Sequence[Mapping[str, Any]] | None) -> list[PartialCall]:
+        """The call once its function's name is written; its arguments parameter by parameter, each
+        once its element closed, read by the family's parser from the body cut after it."""
+        start = body.find(_FUNCTION)
+        if start < 0:
+            return []
+        rest = body[start + len(_FUNCTION) :]
+        name = _NAME.match(rest)
+        if name is None or name.end() == len(rest):
+            return []  # the name may still grow
+        done = 0
+        for match in _PARAMETER.finditer(rest, name.end()):
+            done = match.end()
+        try:
+            cut = f"{_FUNCTION}{rest[:done] if done else name.group(0) + '>'}\n</function>"
+            arguments = self.parse(cut, tools)[0]["arguments"]
+        except Exception:  # a value the parser cannot convert: the finished call will not parse either
+            return [PartialCall(name.group(1), "{")]
+        tail = rest[done:] if done else rest[name.end() :].lstrip(">")
+        closed = tail.strip() == "</function>"
+        return [PartialCall(name.group(1), arguments_prefix(arguments, complete=closed))]
+
+
+class _Forms:
+    """The alternatives a value is written in, as the rule `name` (each with its element's close)."""
+
+    def __init__(self, name: str, terminal: str) -> None:
+        self.name, self.terminal = name, terminal
+        self.options: list[str] = []
+        self.terminals: list[str] = []
+
+    def literals(self, texts: list[str]) -> None:
+        # One literal with the close: apart, the lexer would read "null" on as the start of a text.
+        self.options += [lark_literal(t + CLOSE) for t in texts]
+
+    def json(self, schema: Mapping[str, Any]) -> None:
+        self.options.append(f"{self.name}_{len(self.options)} {lark_literal(CLOSE)}")
+        self.terminals.append(f"{self.name}_{len(self.options) - 1}: {json_rule(schema)}")
+
+    def text(self, terminal: str) -> None:
+        # Lazy up to the close: the text may hold "\n</parameter" but ends where the close can.
+        name, token = f"{self.name}_{len(self.options)}", f"{self.terminal}_{len(self.options)}"
+        self.options.append(name)
+        self.terminals += [f"{name}[suffix={lark_literal(CLOSE)}]: {token}", f"{token}: {terminal}"]
+
+    def rules(self) -> list[str]:
+        return [f"{self.name}: {' | '.join(self.options)}", *self.terminals]
+
+
+def _fits(name: str) -> bool:
+    """A name the parser reads whole after "<function=" or "<parameter=": one run of characters
+    that are not space, "<" or ">"."""
+    return re.fullmatch(r"[^\s<>]+", name) is not None
+
+
+def _number(kind: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    if kind == "integer":
+        return bounded(schema, INTEGER_LIMIT)
+    return bounded(schema, NUMBER_LIMIT)
+
+
+def _type_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "?")
+
+
+def _disjoint(kinds: list[frozenset[str]]) -> bool:
+    seen: set[str] = set()
+    for k in kinds:
+        k = k | {"number"} if "integer" in k else k | {"integer"} if "number" in k else k
+        if seen & k:
+            return False
+        seen |= k
+    return True
+
+
+FORMATS: Final = {"qwen3_coder": Qwen3Coder()}
