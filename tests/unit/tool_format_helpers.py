@@ -112,7 +112,7 @@ class GrammarSampler:
     def grammar(self, fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool) -> str:
         return LLMatcher.grammar_from_lark(fmt.grammar(tools, parallel, self.tag, "tools"))
 
-    def sample(self, grammar: str, seed: int, max_tokens: int = 600) -> str:
+    def sample(self, grammar: str, seed: int, max_tokens: int = 2000) -> str:
         """One random output of `grammar`; fails if it cannot end within `max_tokens`."""
         rng = random.Random(seed)
         matcher = LLMatcher(self.lltokenizer, grammar, log_level=0)
@@ -126,7 +126,7 @@ class GrammarSampler:
             assert allowed, (
                 f"the grammar allows no token after {self.hf.decode(ids, skip_special_tokens=False)!r}"
             )
-            if self.eos in allowed and (len(allowed) == 1 or rng.random() < 0.5):
+            if self.eos in allowed and (len(allowed) == 1 or rng.random() < 0.7):
                 break
             token = rng.choice([t for t in allowed if t != self.eos])
             assert matcher.consume_token(token), matcher.get_error()
