@@ -136,3 +136,8 @@ def test_a_family_without_an_end_marker_calls_to_the_end_of_the_output() -> None
         ]
     cut = joined(stream(text[: text.index('"Oslo') + 3], 3, markers, mistral.parse_tool_call, "mistral")[0])
     assert cut.content == "Sure." and cut.tool_calls == []  # cut inside its JSON: no call
+
+
+def test_a_number_past_a_floats_range_is_no_call_rather_than_json_that_is_not() -> None:
+    whole = joined(stream('<tool_call>\n{"name": "add", "arguments": {"a": 1e999}}\n</tool_call>', 5)[0])
+    assert whole.tool_calls == [] and "Infinity" not in whole.content

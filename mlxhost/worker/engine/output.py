@@ -345,7 +345,12 @@ def _tool_call(item: Any) -> ToolCall | None:
         return None
     arguments = item.get("arguments", {})
     if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
+        try:
+            # A number past a float's range (a model may write 1e999; llguidance cannot bound an
+            # open number schema) parses as inf, which JSON has no way to write: no call.
+            arguments = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+        except ValueError:
+            return None
     call_id = item.get("id")
     return ToolCall(call_id if isinstance(call_id, str) and call_id else new_call_id(), name, arguments)
 
