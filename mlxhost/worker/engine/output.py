@@ -108,7 +108,8 @@ class Output:
         if self.content:
             self.parts.append(Text("content", self.content))
         for i, call in enumerate(self.tool_calls):
-            self.parts += [CallBegun(i, call.id, call.name), CallArguments(i, call.arguments), CallEnded(i, call)]
+            self.parts += [CallBegun(i, call.id, call.name), CallArguments(i, call.arguments)]
+            self.parts.append(CallEnded(i, call))
 
     def __bool__(self) -> bool:
         return bool(self.parts)
