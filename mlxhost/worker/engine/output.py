@@ -1,10 +1,13 @@
 """A generation's text, split as it streams into the answer, its reasoning, and its tool calls.
 
-A model that thinks writes its reasoning between markers (`<think>` … `</think>`), and one that
-calls a tool writes each call between its own (`<tool_call>` … `</tool_call>`); mlx-lm's tokenizer
-knows both, and the parser for the call's body. This reads the text as it comes and sorts it: the
-answer and the reasoning go out as they arrive, a call once its closing marker came and its body
-parsed. A tail that could be the start of a marker is held back until the next text tells.
+A model that thinks writes its reasoning between markers (`<think>` … `</think>`, or its family's),
+and one that calls a tool writes each call between its own (`<tool_call>` … `</tool_call>`, or its
+family's; Mistral's calls have no end marker and run to the end); mlx-lm's tokenizer knows both,
+and the parser for the call's body. This reads the text as it comes and sorts it into `Part`s, in
+the order written: the answer and the reasoning go out as they arrive; a call is announced once
+its family's format (tool_formats/) can tell its name, its arguments follow as they complete, and
+it ends when its body parsed at its end marker. A tail that could be the start of a marker is
+held back until the next text tells.
 
 mlx-lm's own splitter lives inside its HTTP server module (not an API it offers), so this is our
 own, kept to the markers the tokenizer names.
