@@ -34,11 +34,11 @@ from mlxhost.worker.engine.tool_formats import (
     ToolFormat,
     ToolRefused,
     arguments_prefix,
-    json_rule,
 )
 from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
 from mlxhost.worker.engine.tool_formats.xml_values import (
     Unforceable,
+    ValueRules,
     bounded,
     guard_json,
     lark_literal,
@@ -124,9 +124,10 @@ class Qwen3Coder(ToolFormat):
     def _value_rules(self, rule: str, key: str, schema: Any, root: Mapping[str, Any]) -> list[str]:
         """`v<rule>`: one value of `schema` and the close of its element; its terminals beside."""
         resolved = resolve(schema, root)
-        forms = _Forms(f"v{rule}", f"T{rule.upper()}")
+        forms = ValueRules(f"v{rule}", CLOSE)
         if "enum" in resolved or "const" in resolved:
-            forms.literals(self._enumerated(key, schema, resolved))
+            for text in self._enumerated(key, schema, resolved):
+                forms.literal(text)
         elif isinstance(schema, Mapping) and "type" in schema:
             self._typed(forms, resolved, root)
         else:
@@ -160,7 +161,7 @@ class Qwen3Coder(ToolFormat):
             raise Unforceable("none of its values reads back as itself")
         return texts
 
-    def _typed(self, forms: _Forms, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+    def _typed(self, forms: ValueRules, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
         kinds = types_of(schema)
         single = schema["type"] if isinstance(schema["type"], str) else None
         if set(schema) & _COMBINATORS and single not in ("integer", "number", "boolean", "object", "array"):
@@ -175,7 +176,7 @@ class Qwen3Coder(ToolFormat):
             elif kind == "boolean":
                 forms.json(schema)
             elif kind == "null":
-                forms.literals(["null"])
+                forms.literal("null")
             else:
                 forms.json(guard_json(standalone(schema, root), WORDS))
             return
@@ -184,9 +185,10 @@ class Qwen3Coder(ToolFormat):
             raise Unforceable("an object or array among a list of types cannot be forced")
         one = {k: v for k, v in schema.items() if k != "type"}
         if "null" in kinds:
-            forms.literals(["null"])
+            forms.literal("null")
         if "boolean" in kinds:
-            forms.literals(["True", "False"])
+            forms.literal("True")
+            forms.literal("False")
         for kind in ("integer", "number"):
             if kind in kinds:
                 forms.json(_number(kind, {**one, "type": kind}))
@@ -194,7 +196,7 @@ class Qwen3Coder(ToolFormat):
             exclude = [NULL, LITERAL_LIKE]
             forms.text(text_terminal(one, WORDS, exclude=exclude, require=[LITERAL_SAFE]))
 
-    def _untyped(self, forms: _Forms, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+    def _untyped(self, forms: ValueRules, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
         """No `type`: the parser reads an object or an array as JSON, "null" as None, and anything
         else as the string it is (never a number or a boolean)."""
         branches = [schema]
@@ -211,7 +213,7 @@ class Qwen3Coder(ToolFormat):
                 raise Unforceable("an enum or a choice nested in a choice cannot be forced")
             kinds = types_of(branch)
             if "null" in kinds and not set(branch) & _COMBINATORS:
-                forms.literals(["null"])
+                forms.literal("null")
             if "string" in kinds:
                 strings = {k: v for k, v in branch.items() if k != "type"}
                 forms.text(text_terminal(strings, WORDS, exclude=[NULL, JSON_CONTAINER]))
@@ -243,32 +245,6 @@ class Qwen3Coder(ToolFormat):
         tail = rest[done:] if done else rest[name.end() :].lstrip(">")
         closed = tail.strip() == "</function>"
         return [PartialCall(name.group(1), arguments_prefix(arguments, complete=closed))]
-
-
-class _Forms:
-    """The alternatives a value is written in, as the rule `name` (each with its element's close)."""
-
-    def __init__(self, name: str, terminal: str) -> None:
-        self.name, self.terminal = name, terminal
-        self.options: list[str] = []
-        self.terminals: list[str] = []
-
-    def literals(self, texts: list[str]) -> None:
-        # One literal with the close: apart, the lexer would read "null" on as the start of a text.
-        self.options += [lark_literal(t + CLOSE) for t in texts]
-
-    def json(self, schema: Mapping[str, Any]) -> None:
-        self.options.append(f"{self.name}_{len(self.options)} {lark_literal(CLOSE)}")
-        self.terminals.append(f"{self.name}_{len(self.options) - 1}: {json_rule(schema)}")
-
-    def text(self, terminal: str) -> None:
-        # Lazy up to the close: the text may hold "\n</parameter" but ends where the close can.
-        name, token = f"{self.name}_{len(self.options)}", f"{self.terminal}_{len(self.options)}"
-        self.options.append(name)
-        self.terminals += [f"{name}[suffix={lark_literal(CLOSE)}]: {token}", f"{token}: {terminal}"]
-
-    def rules(self) -> list[str]:
-        return [f"{self.name}: {' | '.join(self.options)}", *self.terminals]
 
 
 def _fits(name: str) -> bool:

@@ -19,6 +19,8 @@ from llguidance import LLMatcher
 
 __all__ = [
     "ANY_TEXT",
+    "PY_SPACE",
+    "STRIPPED",
     "Unforceable",
     "avoiding",
     "ecma_regex",
@@ -28,6 +30,11 @@ __all__ = [
 ]
 
 ANY_TEXT: Final = "(?s:.*)"
+# What str.strip() removes (str.isspace()), and the texts it leaves as they are.
+PY_SPACE: Final = (
+    r"\t-\r\x1C-\x20\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}"
+)
+STRIPPED: Final = rf"(?s:(?:[^{PY_SPACE}](?:.*[^{PY_SPACE}])?)?)"
 
 # Keywords that combine or negate schemas: a raw text cannot be checked against them here.
 _COMBINATORS: Final = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef")

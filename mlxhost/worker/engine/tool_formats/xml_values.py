@@ -24,8 +24,10 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from mlxhost.worker.engine.tool_formats import json_rule
 from mlxhost.worker.engine.tool_formats.xml_text import (
     ANY_TEXT,
+    STRIPPED,
     Unforceable,
     avoiding,
     ecma_regex,
@@ -37,6 +39,8 @@ from mlxhost.worker.engine.tool_formats.xml_text import (
 __all__ = [
     "ANY_TEXT",
     "JSON_TYPES",
+    "STRIPPED",
+    "ValueRules",
     "Unforceable",
     "avoiding",
     "bounded",
@@ -301,3 +305,39 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, list):
         return [_canonical(v) for v in value]
     return value
+
+
+class ValueRules:
+    """The forms one value may be written in, as the Lark rule `name`: each form followed by
+    `close`, the end of the value's element (a literal, a JSON value, or a raw text that ends where
+    the close can, lazily)."""
+
+    def __init__(self, name: str, close: str) -> None:
+        self.name, self.close = name, close
+        self.options: list[str] = []
+        self.defined: list[str] = []
+
+    def literal(self, text: str) -> None:
+        # One literal with the close: apart, the lexer would read "null" on as the start of a text.
+        self.options.append(lark_literal(text + self.close))
+
+    def json(self, schema: Mapping[str, Any]) -> None:
+        rule = f"{self.name}_{len(self.options)}"
+        self.options.append(f"{rule} {lark_literal(self.close)}")
+        self.defined.append(f"{rule}: {json_rule(schema)}")
+
+    def text(self, terminal: str, opening: str = "", closing: str = "") -> None:
+        """A raw text (`terminal`, a Lark terminal's body) between `opening` and `closing` (a CDATA
+        section's), then the close."""
+        rule = f"{self.name}_{len(self.options)}"
+        token = rule.upper().replace("-", "_")
+        self.options.append(f"{lark_literal(opening)} {rule}" if opening else rule)
+        self.defined += [
+            f"{rule}[suffix={lark_literal(closing + self.close)}]: {token}",
+            f"{token}: {terminal}",
+        ]
+
+    def rules(self) -> list[str]:
+        if not self.options:
+            raise Unforceable("no form of its values reads back valid")
+        return [f"{self.name}: {' | '.join(self.options)}", *self.defined]
