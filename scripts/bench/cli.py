@@ -3,7 +3,7 @@ choose the prompt, run every measurement (`bench.run`) with the servers stopped 
 then, each on servers of its own, the managed jobs (`bench.jobs`), the closed-loop load
 (`bench.closed_loop`) and the agent scenario (`bench.agent`), and the hub alone; and report: the
 text on stdout (progress on stderr), the chart, the JSON. With --jobs-only, --agent-only,
---closed-loop-only or --recovery-only, that part alone."""
+--closed-loop-only, --recovery-only, --group-only or --constrained-only, that part alone."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from bench.agent import measure_agent, print_agent
 from bench.cancel import cancel_summary
 from bench.chart import chart_title, write_chart
 from bench.closed_loop import measure_closed_loop, print_closed_loop
+from bench.constrained import print_constrained
+from bench.constrained_only import measure_constrained_only
 from bench.event_latency import event_latency_summary
 from bench.figures import json_safe, progress, ratio
 from bench.group import measure_group, print_group
@@ -140,7 +142,8 @@ def _jobs_only(plan: Plan, info: Info, prompt: str) -> int:
 
 
 def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
-    """--agent-only, --closed-loop-only, --recovery-only or --group-only: that part alone, and its report."""
+    """--agent-only, --closed-loop-only, --recovery-only, --group-only or --constrained-only: that part
+    alone, and its report."""
     part: Part
     if plan.only == "agent":
         part = agent = anyio.run(measure_agent, plan, raw)
@@ -154,6 +157,10 @@ def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
         part = group = anyio.run(measure_group, plan, prompt)
         print_header(plan, info)
         print_group(group)
+    elif plan.only == "constrained":
+        part = constrained = anyio.run(measure_constrained_only, plan, prompt, raw)
+        print_header(plan, info)
+        print_constrained(constrained)
     else:
         runs = anyio.run(measure_recovery, plan, prompt)
         startup = Startup(raw_load_s=raw.load_s, in_process_load_s=None, worker_import_s=worker_import_s())

@@ -1,12 +1,16 @@
 """Constrained decoding: what a grammar costs the batch it shares, and what compiling one costs.
 
 Isolated server, with mlx_lm.server stopped, after the memory readings (the worker's grammars
-would add to its RSS) and before any kill. First one request with a `response_format` checks that
-the server constrains its output (and makes the worker compile and cache the grammar, so that no
+would add to its RSS) and before any kill; with --constrained-only, an isolated server of its own
+(`measure_constrained_only`). What the constrained streams carry depends on the model's tool-call
+family (`bench.constrained_request`): `response_format` json_schema ENDLESS_SCHEMA for json_tools,
+a forced call that never ends in the family's own syntax for any other. First the check requests
+prove that the server constrains (and make the worker compile and cache the grammar, so that no
 timed run pays for it), and one short batch of 8 opens the pooled connections. Then
 max(--repeats, 5) rounds of two runs, in alternating order, each 8 greedy streams of max_tokens
-at once, total tok/s: free, all 8 plain; mixed, 4 of the 8 (every other one) carrying
-`response_format` json_schema ENDLESS_SCHEMA. Same prompt, same max_tokens. Target: median
+at once, total tok/s: free, all 8 plain; mixed, 4 of the 8 (every other one) constrained. Same
+prompt (where calls are forced, every stream lists the tools, the free ones with tool_choice
+"none"), same max_tokens. Target: median
 mixed / median free >= 0.9 (`bench.targets`). CPU seconds of the parent and the worker are
 recorded per run: the worker's CPU per token, free and mixed, shows what the masks cost even where
 a busy machine makes the wall-clock rates swing.
@@ -17,8 +21,8 @@ max(--repeats, 5) rounds, each on fresh compilers, every compile timed around it
 request waits, the hop to the compiling thread included; the compiler's own `compile_seconds` is
 kept too):
   setup      `Grammars(tokenizer, vocab)`: the tokenizer serialized, which the worker does at load
-  cold       the get_weather tool schema (kind tool_calls) first: llguidance's tokenizer is built
-             from the serialized one, then the grammar
+  cold       the get_weather tool schema (kind tool_calls, in the model's family's syntax) first:
+             llguidance's tokenizer is built from the serialized one, then the grammar
   other      then a different schema (a weather report, kind json_schema), the tokenizer built
   hit        the tool schema again: from the cache
   tool       the tool schema on a second compiler whose tokenizer `other` built first: the
@@ -28,7 +32,7 @@ kept too):
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -37,6 +41,15 @@ from typing import Any, Final
 import anyio
 import httpx
 
+from bench.constrained_request import (
+    CHECK_MAX_TOKENS,
+    DEFAULT_FAMILY,
+    ConstrainedRequest,
+    NotConstrained,
+    constrained_request,
+    fit_request,
+    model_family,
+)
 from bench.figures import at_least, median, number, progress, ratio, verdict
 from bench.health import isolated_worker
 from bench.plan import Plan
@@ -54,31 +67,16 @@ from bench.results.measurements import (
 )
 from bench.runs import BatchRun, describe_batch
 from bench.settings import alternating
-from bench.streams import CHAT_PATH, HTTPBench, chat_body
+from bench.streams import HTTPBench
 from bench.targets import CONSTRAINED_VS_FREE_MIN
 from mlxhost.worker.engine.grammar import GrammarError, GrammarSpec, ToolSpec
 from mlxhost.worker.engine.grammar_compiler import Grammars
 
 CONSTRAINED_STREAMS = 8
-CONSTRAINED_SHARE = 2  # every other stream of a mixed run carries the schema: 4 of 8
+CONSTRAINED_SHARE = 2  # every other stream of a mixed run is constrained: 4 of 8
 CONSTRAINED_MIN_ROUNDS = 5  # rounds (one free and one mixed run each), even with --quick
 CONSTRAINED_SETTLE_S = 0.5  # the pause before each run, so none runs into the one before
-CHECK_MAX_TOKENS = 16  # the check request's and the warm-up batch's, or max_tokens if lower
 COMPILE_MIN_ROUNDS = 5
-
-# The constrained streams' schema: one JSON string of at least 100,000 characters. Its grammar
-# masks every step, as any schema's does, yet never lets the string close before max_tokens, so
-# the constrained streams run exactly as long as the free ones (which run to max_tokens: the
-# prompt was chosen for that, see `bench.raw`). A schema whose output can end would end those
-# streams early, and the mixed run would then decode fewer rows per step than the free one: the
-# totals would no longer compare.
-ENDLESS_SCHEMA: Final = {"type": "string", "minLength": 100_000}
-ENDLESS_FORMAT: Final = {
-    "response_format": {
-        "type": "json_schema",
-        "json_schema": {"name": "endless_string", "schema": ENDLESS_SCHEMA},
-    }
-}
 
 # A typical tool: one function, a few typed and required arguments, as OpenAI's strict mode has it.
 WEATHER_TOOL: Final = ToolSpec(
@@ -94,7 +92,6 @@ WEATHER_TOOL: Final = ToolSpec(
         "additionalProperties": False,
     },
 )
-TOOL_SPEC: Final = GrammarSpec(kind="tool_calls", param="tools", tools=(WEATHER_TOOL,))
 REPORT_SPEC: Final = GrammarSpec(
     kind="json_schema",
     param="response_format.json_schema.schema",
@@ -124,17 +121,13 @@ REPORT_SPEC: Final = GrammarSpec(
 )
 
 
-class NotConstrained(Exception):
-    """The server refused a response_format, or answered as if it had none."""
-
-
 @dataclass(frozen=True)
 class MixedRun:
-    """CONSTRAINED_STREAMS streams at once, some of them under ENDLESS_SCHEMA."""
+    """CONSTRAINED_STREAMS streams at once, some of them constrained (`bench.constrained_request`)."""
 
     mixed: bool
     batch: BatchRun
-    constrained: list[bool]  # per stream of `batch`: whether it carried the schema
+    constrained: list[bool]  # per stream of `batch`: whether it was constrained
     cpu_s: dict[str, float]  # CPU seconds over the run: parent, worker
 
     @property
@@ -154,6 +147,7 @@ class CompileRun:
 class Constrained:
     """What `measure_constrained` got: the runs and the compiles, or why it could not."""
 
+    request: ConstrainedRequest  # what the constrained streams carried
     runs: list[MixedRun] = field(default_factory=list)
     error: str | None = None  # why the streams were not measured, or stopped
     compiles: list[CompileRun] = field(default_factory=list)
@@ -172,18 +166,21 @@ async def measure_constrained(
 ) -> Constrained:
     """The free and mixed runs on the isolated server of `client` (its parent's pid given), then
     the compiles in this process."""
-    result = Constrained(vocab_size=vocab_size(raw))
+    result = Constrained(constrained_request(model_family(raw.tokenizer)), vocab_size=vocab_size(raw))
     # A bench of its own, so that the constrained requests count in none of the path's figures.
     http = HTTPBench(client, prompt, plan.max_tokens)
     max_tokens, rounds = plan.max_tokens, plan.rounds(CONSTRAINED_MIN_ROUNDS)
     try:
         pids = {"parent": parent_pid, "worker": int((await isolated_worker(client))["pid"])}
-        await check_constrained(client, prompt, min(max_tokens, CHECK_MAX_TOKENS))
-        await http.batch(CONSTRAINED_STREAMS, min(max_tokens, CHECK_MAX_TOKENS), extras(True))
+        # A forced call's tool as the family's grammar takes it (compiled here first).
+        request = await fit_request(result.request, raw.tokenizer, result.vocab_size, max_tokens)
+        result.request = request
+        await request.check(client, prompt, max_tokens)
+        await http.batch(CONSTRAINED_STREAMS, min(max_tokens, CHECK_MAX_TOKENS), extras(True, request))
         for index, mixed in alternating(rounds):
             await anyio.sleep(CONSTRAINED_SETTLE_S)
             clock = CPUClock(pids)
-            batch = await http.batch(CONSTRAINED_STREAMS, extras=extras(mixed))
+            batch = await http.batch(CONSTRAINED_STREAMS, extras=extras(mixed, request))
             run = MixedRun(mixed, batch, kinds(mixed), clock.elapsed())
             result.runs.append(run)
             progress(f"  constrained {index + 1}/{rounds} {describe_run(run)}")
@@ -194,7 +191,9 @@ async def measure_constrained(
     compile_rounds = plan.rounds(COMPILE_MIN_ROUNDS)
     try:
         for _ in range(compile_rounds):
-            result.compiles.append(await compile_once(raw, result.vocab_size))
+            result.compiles.append(
+                await compile_once(raw, result.vocab_size, tool_spec(result.request.family))
+            )
     except GrammarError as exc:
         result.compile_error = f"{exc.param}: {exc.message}"
         progress(f"warning: grammar compile not measured: {result.compile_error}")
@@ -209,26 +208,18 @@ def kinds(mixed: bool) -> list[bool]:
     return [mixed and i % CONSTRAINED_SHARE == 0 for i in range(CONSTRAINED_STREAMS)]
 
 
-def extras(mixed: bool) -> list[dict[str, Any] | None]:
-    return [ENDLESS_FORMAT if constrained else None for constrained in kinds(mixed)]
+def extras(mixed: bool, request: ConstrainedRequest) -> list[dict[str, Any] | None]:
+    return [request.fields if constrained else request.free_fields for constrained in kinds(mixed)]
 
 
-async def check_constrained(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> None:
-    """One request under ENDLESS_SCHEMA: its text must open the string and never close it."""
-    body = {**chat_body(prompt, max_tokens, stream=False), **ENDLESS_FORMAT}
-    response = await client.post(CHAT_PATH, json=body)
-    if response.status_code != 200:
-        raise NotConstrained(f"HTTP {response.status_code}: {response.text[:500]}")
-    choice = response.json()["choices"][0]
-    content = choice["message"].get("content") or ""
-    if not content.startswith('"') or choice["finish_reason"] != "length":
-        raise NotConstrained(
-            f"the output does not follow the schema: {content[:80]!r}, finish_reason "
-            f"{choice['finish_reason']!r}"
-        )
+def tool_spec(family: str | None) -> GrammarSpec:
+    """The get_weather tool forced in `family`'s call syntax (json_tools for a model with none)."""
+    return GrammarSpec(
+        kind="tool_calls", param="tools", tools=(WEATHER_TOOL,), format=family or DEFAULT_FAMILY
+    )
 
 
-async def compile_once(raw: RawMLX, vocab: int) -> CompileRun:
+async def compile_once(raw: RawMLX, vocab: int, tool: GrammarSpec) -> CompileRun:
     wall: dict[str, float] = {}
     inside: dict[str, float] = {}
 
@@ -241,12 +232,12 @@ async def compile_once(raw: RawMLX, vocab: int) -> CompileRun:
     began = time.perf_counter()
     first = Grammars(raw.tokenizer, vocab)
     wall["setup"] = (time.perf_counter() - began) * 1e3
-    await timed("cold", first, TOOL_SPEC)
+    await timed("cold", first, tool)
     await timed("other", first, REPORT_SPEC)
-    await timed("hit", first, TOOL_SPEC)
+    await timed("hit", first, tool)
     second = Grammars(raw.tokenizer, vocab)
     await second.compile(REPORT_SPEC)  # builds the second compiler's tokenizer
-    await timed("tool", second, TOOL_SPEC)
+    await timed("tool", second, tool)
     return CompileRun(wall, inside)
 
 
@@ -263,16 +254,21 @@ def _span(values: list[int]) -> str:
 
 
 def constrained_summary(result: Constrained, max_tokens: int) -> ConstrainedSummary:
+    request = result.request
     free = [r.batch.total_tok_s for r in result.runs if not r.mixed]
     mixed = [r.batch.total_tok_s for r in result.runs if r.mixed]
     mixed_vs_free = ratio(median(mixed), median(free))
     # Round by round: each round has one run of each kind, next to each other.
     pairs = list(zip(free, mixed, strict=False))
 
+    # A forced call streams as tool_calls deltas, which `bench.streams` does not time (it times
+    # text): those streams' TTFT is not known.
+    untimed = request.forces_call
+
     def streams(mixed: bool, constrained: bool) -> list[tuple[int, float]]:
-        """(tokens, TTFT ms) of every stream of that kind of run under (or not) the schema."""
+        """(tokens, TTFT ms) of every stream of that kind of run, constrained or not."""
         return [
-            (tokens, ttft * 1e3)
+            (tokens, math.nan if untimed and under else ttft * 1e3)
             for r in result.runs
             if r.mixed == mixed
             for tokens, ttft, under in zip(r.batch.tokens, r.batch.ttft_s, r.constrained, strict=True)
@@ -318,7 +314,10 @@ def constrained_summary(result: Constrained, max_tokens: int) -> ConstrainedSumm
             streams=CONSTRAINED_STREAMS,
             constrained_streams=sum(kinds(True)),
             max_tokens=max_tokens,
-            response_format=ENDLESS_FORMAT["response_format"],
+            family=request.family,
+            response_format=None if request.forces_call else request.fields["response_format"],
+            forced_call=request.fields if request.forces_call else None,
+            free_fields=request.free_fields,
             rounds=len(pairs),
             settle_s=CONSTRAINED_SETTLE_S,
             compile_rounds=len(compiles),
@@ -333,13 +332,14 @@ def constrained_summary(result: Constrained, max_tokens: int) -> ConstrainedSumm
 
 def print_constrained(summary: ConstrainedSummary) -> None:
     settings = summary.settings
-    schema = json.dumps(settings.response_format["json_schema"]["schema"])
+    fields = settings.forced_call or {"response_format": settings.response_format}
+    carried = ConstrainedRequest(settings.family, fields).describe()
     print()
     print(
         f"constrained decoding (isolated: {settings.streams} greedy streams of max_tokens "
         f"{settings.max_tokens} at once, {settings.rounds} round(s) of a free and a mixed "
         f"run, alternating, medians; in the mixed runs {settings.constrained_streams} of them "
-        f"carry response_format json_schema {schema}, which never lets its string close):"
+        f"carry {carried}):"
     )
     if summary.error:
         print(f"  not measured: {summary.error}")
@@ -356,6 +356,7 @@ def print_constrained(summary: ConstrainedSummary) -> None:
         f"{tokens.mixed_constrained}, free {tokens.mixed_free}. TTFT p50: free runs "
         f"{number(ttft.free)} ms; mixed runs, constrained {number(ttft.mixed_constrained)} ms, "
         f"free {number(ttft.mixed_free)} ms"
+        + (" (a forced call's TTFT is not timed: bench.streams times text)" if settings.forced_call else "")
     )
     cpu, cores = summary.worker_cpu_ms_per_token, summary.cpu_cores
     print(
@@ -365,6 +366,7 @@ def print_constrained(summary: ConstrainedSummary) -> None:
         f"{os.cpu_count()}): free {describe_cores(cores.free)}; mixed {describe_cores(cores.mixed)}"
     )
     ms, inside = summary.compile_ms, summary.compiler_ms
+    family = settings.family or DEFAULT_FAMILY
     print(
         "  grammar compile (in this process: mlxhost.worker.engine.grammar_compiler"
         " on the model's tokenizer, "
@@ -374,7 +376,7 @@ def print_constrained(summary: ConstrainedSummary) -> None:
     if summary.compile_error:
         print(f"    not measured: {summary.compile_error}")
     print(
-        f"    get_weather tool schema (tool_calls): {number(ms.tool, 2)} ms "
+        f"    get_weather tool schema (tool_calls, {family} syntax): {number(ms.tool, 2)} ms "
         f"({number(inside.tool, 2)}) with llguidance's tokenizer built; cold "
         f"{number(ms.cold, 2)} ms ({number(inside.cold, 2)}), of which building that tokenizer "
         f"~{number(ms.tokenizer, 2)} ms (cold - built); cache hit {number(ms.hit, 2)} ms"

@@ -3,7 +3,10 @@ defaults. Building the demo model, when no --model is given, happens here too (i
 
 A run measures everything, or with one of the --*-only options one part alone (`Plan.only`): the
 managed jobs, the agent scenario (on the bench model unless --size or --model says otherwise), the
-closed-loop load, or recovery."""
+closed-loop load, recovery, a worker group, or constrained decoding.
+
+--family picks the demo model's variant (`mlxhost.demo.families`): the same weights with a model
+family's chat template and tool-call syntax, which constrained decoding then forces its calls in."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 from bench.figures import progress
 from bench.settings import MAX_BATCH
 from mlxhost import demo
+from mlxhost.demo.families import FAMILIES
 
 DEFAULT_CONCURRENCY = [1, 4, 8, 16]
 DEFAULT_MAX_TOKENS = {"tiny": 256, "bench": 64}
@@ -22,8 +26,8 @@ QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
 DEFAULT_SIZE = "tiny"
 AGENT_SIZE = "bench"  # the agent scenario's default model: prefill costs what it costs on a real one
 # The parts a run can measure alone: --jobs-only, --agent-only, --closed-loop-only, --recovery-only,
-# --group-only.
-ONLY = ("jobs", "agent", "closed_loop", "recovery", "group")
+# --group-only, --constrained-only.
+ONLY = ("jobs", "agent", "closed_loop", "recovery", "group", "constrained")
 # TTFT: single-stream requests after the throughput runs, the paths taking turns (bench.ttft).
 TTFT_REQUESTS = {"full": 20, "quick": 10}
 # mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
@@ -49,6 +53,7 @@ class Plan:
     # Each closed-loop row's max_tokens: the issue's profile (400), or --max-tokens when given.
     closed_loop_tokens: int = CLOSED_LOOP_TOKENS
     smoke: bool = False  # every part once, as short as it goes: for the test that the bench runs
+    family: str = demo.DEFAULT_FAMILY  # the demo model's variant (--family); "custom" for --model
 
     def rounds(self, minimum: int) -> int:
         """Rounds of a part that alternates two arms: enough for medians (`minimum`), or one with
@@ -87,6 +92,13 @@ def parser() -> argparse.ArgumentParser:
         choices=sorted(DEFAULT_MAX_TOKENS),
         help=f"demo model to build in the cache when --model is not given (default: {DEFAULT_SIZE}; "
         f"{AGENT_SIZE} with --agent-only)",
+    )
+    parser.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        help=f"the demo model's variant when --model is not given: a model family's chat template "
+        f"and tool-call syntax, in which constrained decoding forces its calls (default: "
+        f"{demo.DEFAULT_FAMILY}, whose constrained streams carry a response_format instead)",
     )
     parser.add_argument(
         "--max-tokens",
@@ -172,6 +184,14 @@ def parser() -> argparse.ArgumentParser:
         help="measure only a worker group: the model split across two ranks (mlx.launch, ring, "
         "loopback) against one worker, at 1 and 8 streams (bench.group)",
     )
+    only.add_argument(
+        "--constrained-only",
+        action="store_const",
+        const="constrained",
+        dest="only",
+        help="measure only constrained decoding: free and mixed runs of 8 streams on an isolated "
+        "server, and grammar compiles (bench.constrained)",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure and ratio to this file")
     parser.add_argument(
         "--chart",
@@ -207,15 +227,22 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         chart_path = args.json.with_suffix(".png")
     else:
         chart_path = Path("bench.png")
+    family = args.family or demo.DEFAULT_FAMILY
     if args.model is not None:
         if not args.model.is_dir():
             options.error(f"--model: {args.model} is not a directory")
-        model_path, size = args.model.resolve(), "custom"
+        if args.family is not None:
+            options.error(
+                "--family picks a demo model's variant: a --model's family is the one mlx-lm infers"
+            )
+        model_path, size, family = args.model.resolve(), "custom", "custom"
     else:
-        progress(f"building the {size} demo model (once; it is cached)")
-        model_path = demo.cached_model(f"bench-{size}", size)
+        variant = "" if family == demo.DEFAULT_FAMILY else f" ({family} variant)"
+        progress(f"building the {size} demo model{variant} (once; it is cached)")
+        name = f"bench-{size}" if family == demo.DEFAULT_FAMILY else f"bench-{size}-{family}"
+        model_path = demo.cached_model(name, size, family=family)
     return Plan(
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
         ttft_requests, args.mlx_lm_server_backlog, args.quick, args.only,
-        CLOSED_LOOP_TOKENS if args.max_tokens is None else max_tokens, args.smoke,
+        CLOSED_LOOP_TOKENS if args.max_tokens is None else max_tokens, args.smoke, family,
     )  # fmt: skip

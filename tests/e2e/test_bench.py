@@ -84,6 +84,31 @@ def test_the_benchmark_runs_and_writes_its_ratios(tmp_path: Path) -> None:
     assert "closed loop" in run.stdout and "agent scenario" in run.stdout
 
 
+@pytest.mark.slow
+def test_constrained_decoding_alone_forces_calls_in_the_demo_familys_syntax(tmp_path: Path) -> None:
+    report = tmp_path / "constrained.json"
+    command = [
+        sys.executable, "scripts/bench", "--constrained-only", "--family", "qwen3_coder", "--smoke",
+        "--max-tokens", "32", "--json", str(report),
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    data = json.loads(report.read_text())
+    constrained = data["constrained"]
+    # The server forced the family's XML call (the check requests passed) and every stream, free or
+    # under the forced call, ran to max_tokens: the two totals compare.
+    assert constrained["error"] is None and data["constrained_vs_free"] > 0
+    assert constrained["tokens_per_stream"] == {"free": "32", "mixed_free": "32", "mixed_constrained": "32"}
+    settings = constrained["settings"]
+    assert settings["family"] == "qwen3_coder" and settings["response_format"] is None
+    assert settings["forced_call"]["tool_choice"] == {"type": "function", "function": {"name": "write_text"}}
+    # The free streams list the same tool, not to be called: every stream has the same prompt.
+    assert settings["free_fields"] == {"tools": settings["forced_call"]["tools"], "tool_choice": "none"}
+    assert data["grammar_compile_ms"]["tool"] > 0
+    assert data["targets"]["constrained_vs_free_min"] == 0.9
+    assert "forced call in qwen3_coder syntax" in run.stdout
+
+
 def test_the_bench_passes_its_admin_token_as_one_word_that_is_never_an_option(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -33,7 +33,9 @@ BenchDocument (document.py), top-level keys in order:
   constrained_vs_free, grammar_compile_ms   copies of constrained.mixed_vs_free, .compile_ms
   constrained                       ConstrainedSummary: total_tok_s.{free,mixed}, tokens and TTFT by
                                     kind of stream, the worker's CPU, compile_ms.{setup,cold,other,
-                                    hit,tool,tokenizer}, compiler_ms, settings, runs, compile_runs
+                                    hit,tool,tokenizer}, compiler_ms, settings (the model's
+                                    family; what the constrained streams carried: response_format
+                                    or forced_call), runs, compile_runs
   cancel_ms, cancel_steps           copies of cancel's {p50,max}
   cancel                            CancelSummary: steps_after_close, per-step time, outcomes, runs
   overload                          OverloadSummary: reject_ms.{p50,p99,max,count},
@@ -60,7 +62,8 @@ PartDocument: machine, versions, model, settings (PartSettings: max_tokens, repe
 concurrency, temperature, max_batch, quick, only, jobs_only), then the part's keys: --jobs-only,
 --closed-loop-only and --agent-only their `top_level()` and `targets` (their targets alone);
 --recovery-only recovery_s, worker_ready_s, recovery and targets (RecoveryTargets);
---group-only group (GroupFigures).
+--group-only group (GroupFigures); --constrained-only constrained_vs_free, grammar_compile_ms,
+constrained and targets (constrained_vs_free_min, constrained_ok), as a whole run writes them.
 
 Free-form parts stay dicts: keys that are data (concurrency levels "c1", process names, outcome
 kinds, event types), and documents other programs wrote (a host's /health or session record, a

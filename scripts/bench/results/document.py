@@ -184,13 +184,13 @@ class BenchDocument(Record):
         }
 
 
-Part = JobsSummary | ClosedLoopSummary | AgentSummary | GroupFigures | RecoverySummary
+Part = JobsSummary | ClosedLoopSummary | AgentSummary | GroupFigures | RecoverySummary | ConstrainedSummary
 
 
 @dataclass(frozen=True)
 class PartDocument(Record):
-    """A --jobs-only, --closed-loop-only, --agent-only, --group-only or --recovery-only run: what
-    it ran on, and that part's keys alone."""
+    """A --jobs-only, --closed-loop-only, --agent-only, --group-only, --recovery-only or
+    --constrained-only run: what it ran on, and that part's keys alone."""
 
     machine: Machine
     versions: Versions
@@ -208,6 +208,22 @@ class PartDocument(Record):
         part = self.part
         if isinstance(part, GroupFigures):
             return {**head, "group": part.to_json()}
+        if isinstance(part, ConstrainedSummary):
+            # Imported here: bench.targets imports these records, so a module-level import would
+            # be circular.
+            from bench.targets import CONSTRAINED_VS_FREE_MIN
+
+            # The whole run's keys for it, and its target (as Targets writes it).
+            return {
+                **head,
+                "constrained_vs_free": part.mixed_vs_free,
+                "grammar_compile_ms": part.compile_ms.to_json(),
+                "constrained": part.to_json(),
+                "targets": {
+                    "constrained_vs_free_min": CONSTRAINED_VS_FREE_MIN,
+                    "constrained_ok": part.meets_target,
+                },
+            }
         if isinstance(part, RecoverySummary):
             return {
                 **head,

@@ -71,7 +71,14 @@ class ConstrainedSettings(Record):
     streams: int
     constrained_streams: int
     max_tokens: int
-    response_format: dict[str, Any]  # the request's response_format as sent: free-form
+    family: str | None  # the model's tool-call family, as mlx-lm infers it (None: no tool calls)
+    # What the constrained streams carried, as sent (free-form): a response_format (json_tools, or
+    # no tool calls), or a forced call's tools and tool_choice (any other family); the other None.
+    response_format: dict[str, Any] | None
+    forced_call: dict[str, Any] | None
+    # Where calls are forced, what every free stream carried too (the same tools, tool_choice "none"),
+    # so that all have the same prompt; else None.
+    free_fields: dict[str, Any] | None
     rounds: int
     settle_s: float
     compile_rounds: int
