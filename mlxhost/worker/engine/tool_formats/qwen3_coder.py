@@ -27,27 +27,28 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from mlxhost.worker.engine.grammar import GrammarError, ToolSpec
+from mlxhost.worker.engine.grammar import ToolSpec
 from mlxhost.worker.engine.tool_formats import (
     PartialCall,
     Tag,
     ToolFormat,
-    ToolRefused,
     arguments_prefix,
 )
-from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
 from mlxhost.worker.engine.tool_formats.xml_values import (
     Unforceable,
     ValueRules,
+    arguments_rules,
     bounded,
+    disjoint,
     guard_json,
+    json_type,
     lark_literal,
     literals,
-    parameters_of,
     resolve,
     same_value,
     standalone,
     text_terminal,
+    tools_rules,
     types_of,
 )
 
@@ -56,7 +57,7 @@ __all__ = ["FORMATS", "Qwen3Coder"]
 # Text a value cannot hold: the parser ends it at the first "</parameter>", and the output parser
 # ends the whole call at the first "</tool_call>".
 WORDS: Final = ("</parameter>", "</tool_call>")
-CLOSE: Final = "\n</parameter>"
+CLOSE: Final = "\n</parameter>\n"
 # A name as the parser reads it after "<function=" or "<parameter=".
 _NAME: Final = re.compile(r"\s*([^\s<>]+)")
 _FUNCTION: Final = "<function="
@@ -82,22 +83,11 @@ class Qwen3Coder(ToolFormat):
         """Each call in a <tool_call> block of its own, laid out as the chat template writes it:
         the tags, the function and each parameter on lines of their own, the parameters in schema
         order (the required always, the optional maybe)."""
-        if not tools:
-            raise GrammarError("no tools to call", param)
-        rules: list[str] = []
-        names = []
-        for i, tool in enumerate(tools):
-            parameters = checked_parameters(tools, i, param)
-            try:
-                rules += self._call_rules(f"c{i}", tool.name, parameters)
-            except Unforceable as exc:
-                raise ToolRefused(
-                    f"tool '{tool.name}': {exc} (Qwen3-Coder's XML calls)", tools, i, param
-                ) from None
-            names.append(f"c{i}")
+        rules = tools_rules(tools, param, "Qwen3-Coder's XML calls", self._call_rules)
+        calls = " | ".join(f"c{i}" for i in range(len(tools)))
         head = [
             "start: call (NL call)*" if parallel else "start: call",
-            f"call: {tag(self.call_start)} NL ({' | '.join(names)}) NL {tag(self.call_end)}",
+            f"call: {tag(self.call_start)} NL ({calls}) NL {tag(self.call_end)}",
             'NL: "\\n"',
         ]
         return "\n".join(head + rules)
@@ -105,26 +95,20 @@ class Qwen3Coder(ToolFormat):
     def _call_rules(self, rule: str, name: str, parameters: Mapping[str, Any]) -> list[str]:
         if not _fits(name):
             raise Unforceable("its name must be one word without '<' or '>'")
-        rules: list[str] = []
-        parts = [lark_literal(f"{_FUNCTION}{name}>\n")]
-        for j, (key, schema, required) in enumerate(parameters_of(parameters, _fits)):
-            try:
-                values = self._value_rules(f"{rule}_{j}", key, schema, parameters)
-            except Unforceable as exc:
-                if required:
-                    raise Unforceable(f"its parameter {key!r}: {exc}") from None
-                continue  # an optional parameter no form carries is never written
-            rules += values
-            opening = lark_literal(f"<parameter={key}>\n")
-            rules.append(f"{rule}_{j}: {opening} v{rule}_{j} NL")
-            parts.append(f"{rule}_{j}" + ("" if required else "?"))
-        parts.append(lark_literal("</function>"))
-        return [f"{rule}: {' '.join(parts)}", *rules]
+        parts, rules = arguments_rules(
+            rule,
+            parameters,
+            _fits,
+            lambda value, key, schema: self._value_rules(value, key, schema, parameters),
+            lambda key: f"<parameter={key}>\n",
+        )
+        written = [lark_literal(f"{_FUNCTION}{name}>\n"), *parts, lark_literal("</function>")]
+        return [f"{rule}: {' '.join(written)}", *rules]
 
-    def _value_rules(self, rule: str, key: str, schema: Any, root: Mapping[str, Any]) -> list[str]:
-        """`v<rule>`: one value of `schema` and the close of its element; its terminals beside."""
+    def _value_rules(self, name: str, key: str, schema: Any, root: Mapping[str, Any]) -> list[str]:
+        """The rule `name`: one value of `schema` and the close of its element; its terminals beside."""
         resolved = resolve(schema, root)
-        forms = ValueRules(f"v{rule}", CLOSE)
+        forms = ValueRules(name, CLOSE)
         if "enum" in resolved or "const" in resolved:
             for text in self._enumerated(key, schema, resolved):
                 forms.literal(text)
@@ -142,7 +126,7 @@ class Qwen3Coder(ToolFormat):
         if not isinstance(values, list):
             raise Unforceable("its enum must be a list")
         values = [
-            v for v in values if _type_of(v) in kinds or (_type_of(v) == "integer" and "number" in kinds)
+            v for v in values if json_type(v) in kinds or (json_type(v) == "integer" and "number" in kinds)
         ]
         form = {"type": "object", "properties": {key: schema}}
         tools = [{"type": "function", "function": {"name": "f", "parameters": form}}]
@@ -151,7 +135,7 @@ class Qwen3Coder(ToolFormat):
             if any(w in text for w in WORDS):
                 return False
             try:
-                body = f"\n{_FUNCTION}f>\n<parameter={key}>\n{text}{CLOSE}\n</function>\n"
+                body = f"\n{_FUNCTION}f>\n<parameter={key}>\n{text}{CLOSE}</function>\n"
                 return same_value(self.parse(body, tools)[0]["arguments"][key], value)
             except Exception:  # the parser's own errors: this text does not read back
                 return False
@@ -205,7 +189,7 @@ class Qwen3Coder(ToolFormat):
                 if set(schema) - {key, "title", "description", "default", "examples"}:
                     raise Unforceable(f"'{key}' beside other keywords cannot be forced")
                 branches = [resolve(b, root) for b in schema[key]]
-                if key == "oneOf" and not _disjoint([types_of(b) for b in branches]):
+                if key == "oneOf" and not disjoint([types_of(b) for b in branches]):
                     raise Unforceable("'oneOf' branches that may share a value cannot be forced")
         reachable = False
         for branch in branches:
@@ -257,26 +241,6 @@ def _number(kind: str, schema: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "integer":
         return bounded(schema, INTEGER_LIMIT)
     return bounded(schema, NUMBER_LIMIT)
-
-
-def _type_of(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
-        return "integer"
-    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "?")
-
-
-def _disjoint(kinds: list[frozenset[str]]) -> bool:
-    seen: set[str] = set()
-    for k in kinds:
-        k = k | {"number"} if "integer" in k else k | {"integer"} if "number" in k else k
-        if seen & k:
-            return False
-        seen |= k
-    return True
 
 
 FORMATS: Final = {"qwen3_coder": Qwen3Coder()}

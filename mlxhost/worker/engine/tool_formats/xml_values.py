@@ -24,7 +24,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from mlxhost.worker.engine.tool_formats import json_rule
+from mlxhost.worker.engine.grammar import GrammarError, ToolSpec
+from mlxhost.worker.engine.tool_formats import ToolRefused, json_rule
+from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
 from mlxhost.worker.engine.tool_formats.xml_text import (
     ANY_TEXT,
     STRIPPED,
@@ -41,11 +43,15 @@ __all__ = [
     "JSON_TYPES",
     "STRIPPED",
     "ValueRules",
+    "arguments_rules",
+    "tools_rules",
     "Unforceable",
     "avoiding",
     "bounded",
     "ecma_regex",
+    "disjoint",
     "guard_json",
+    "json_type",
     "lark_literal",
     "parameters_of",
     "literals",
@@ -58,6 +64,51 @@ __all__ = [
 ]
 
 JSON_TYPES: Final = frozenset({"string", "integer", "number", "boolean", "object", "array", "null"})
+
+
+def tools_rules(
+    tools: Sequence[ToolSpec],
+    param: str,
+    family: str,
+    call: Callable[[str, str, Mapping[str, Any]], list[str]],
+) -> list[str]:
+    """The rules of each tool's call, `c<i>`, by `call(rule, name, parameters)`; a tool it cannot
+    force is refused, named, with the family's syntax (`family`) in the message."""
+    if not tools:
+        raise GrammarError("no tools to call", param)
+    rules: list[str] = []
+    for i, tool in enumerate(tools):
+        parameters = checked_parameters(tools, i, param)
+        try:
+            rules += call(f"c{i}", tool.name, parameters)
+        except Unforceable as exc:
+            raise ToolRefused(f"tool '{tool.name}': {exc} ({family})", tools, i, param) from None
+    return rules
+
+
+def arguments_rules(
+    rule: str,
+    parameters: Mapping[str, Any],
+    fits: Callable[[str], bool],
+    value: Callable[[str, str, Any], list[str]],
+    opening: Callable[[str], str],
+) -> tuple[list[str], list[str]]:
+    """A call's arguments in schema order, each `opening(key)` then the value rule `value(name,
+    key, schema)` defines (its close included): the parts to write in order (an optional one
+    marked "?") and the rules they need. An optional argument no form carries is never written."""
+    parts: list[str] = []
+    rules: list[str] = []
+    for j, (key, schema, required) in enumerate(parameters_of(parameters, fits)):
+        name = f"{rule}_{j}"
+        try:
+            rules += value(f"v{name}", key, schema)
+        except Unforceable as exc:
+            if required:
+                raise Unforceable(f"its parameter {key!r}: {exc}") from None
+            continue
+        rules.append(f"{name}: {lark_literal(opening(key))} v{name}")
+        parts.append(name if required else f"{name}?")
+    return parts, rules
 
 
 def parameters_of(parameters: Mapping[str, Any], fits: Callable[[str], bool]) -> list[tuple[str, Any, bool]]:
@@ -305,6 +356,28 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, list):
         return [_canonical(v) for v in value]
     return value
+
+
+def json_type(value: Any) -> str:
+    """The JSON type of a value (a float with no fraction is an integer, as JSON schema has it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "?")
+
+
+def disjoint(kinds: Sequence[frozenset[str]]) -> bool:
+    """Whether no value has two of these sets of types (oneOf branches that read as anyOf's)."""
+    seen: set[str] = set()
+    for k in kinds:
+        k = k | {"number"} if "integer" in k else k | {"integer"} if "number" in k else k
+        if seen & k:
+            return False
+        seen |= k
+    return True
 
 
 class ValueRules:
