@@ -25,7 +25,9 @@ from typing import Any, Final
 from mlxhost.worker.engine.grammar import ToolSpec
 from mlxhost.worker.engine.tool_formats import PartialCall, Tag, ToolFormat, arguments_prefix
 from mlxhost.worker.engine.tool_formats.xml_values import (
+    INTEGER_LIMIT,
     JSON_TYPES,
+    NUMBER_LIMIT,
     STRIPPED,
     Unforceable,
     ValueRules,
@@ -46,13 +48,12 @@ from mlxhost.worker.engine.tool_formats.xml_values import (
 
 __all__ = ["FORMATS", "Minimax", "MinimaxValues", "Text", "reading_types", "write"]
 
-INTEGER_LIMIT: Final = 2**53  # a number read through float()
-NUMBER_LIMIT: Final = 1e15  # beyond, float() overflows to inf and int(inf) raises
 # The texts each conversion would take, whole (the value is already stripped).
 NULLS: Final = {False: r"(?i:null)", True: r"(?i:null|none|nil)"}
 INTEGERS: Final = r"[+\-]?[\d_]+"
 NUMBERS: Final = r"[+\-]?(?:[\d_]*\.?[\d_]*(?:[eE][+\-]?[\d_]+)?|(?i:inf|infinity|nan))"
 BOOLEANS: Final = r"(?i:true|1|yes|on|false|0|no|off)"
+NOT_NUMBER: Final = r"(?:[^\-0-9](?s:.*))?"
 # What json.loads or ast.literal_eval might read: a raw string beside an object or an array is kept
 # to an ASCII letter first, no quote after a leading word, and no constant of either language.
 WORD_FIRST: Final = r"[A-Za-z](?s:.*)"
@@ -147,14 +148,15 @@ class MinimaxValues:
         out: list[str | dict[str, Any] | Text] = []
         if "null" in kinds and free:
             out.append("null")
-        for kind in ("integer", "number", "boolean"):
+        if "boolean" in kinds and "boolean" in read:
+            # As literals, each one lexeme with the close: JSON's would lose "true" to a text's start.
+            out += ["true", "false"] if free else [{**branch, "type": "boolean"}]
+        for kind in ("integer", "number"):
             if kind in kinds and (kind in read or (kind == "integer" and "number" in read)):
                 schema = {**branch, "type": kind}
-                if kind != "boolean":
-                    # int() reads any integer; float() loses digits past 2**53 and overflows.
-                    limit = INTEGER_LIMIT if kind == "integer" else NUMBER_LIMIT
-                    schema = schema if kind == "integer" and "integer" in read else bounded(schema, limit)
-                out.append(schema)
+                # int() reads any integer; float() loses digits past 2**53 and overflows.
+                limit = INTEGER_LIMIT if kind == "integer" else NUMBER_LIMIT
+                out.append(schema if kind == "integer" and "integer" in read else bounded(schema, limit))
         containers = sorted(kinds & {"object", "array"})
         if containers and read & {"object", "array"}:
             out.append(guard_json(standalone({**branch, "type": containers}, root), self.words))
@@ -164,7 +166,8 @@ class MinimaxValues:
             exclude += [
                 r for t, r in (("integer", INTEGERS), ("number", NUMBERS), ("boolean", BOOLEANS)) if t in read
             ]
-            require = []
+            # A text never opens as a JSON number does: the lexer would not let the number end.
+            require = [NOT_NUMBER] if read & {"integer", "number"} else []
             if read & {"object", "array"}:
                 exclude.append(LITERAL_LIKE)
                 require.append(WORD_FIRST)

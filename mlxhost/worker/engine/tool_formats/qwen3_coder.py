@@ -35,6 +35,8 @@ from mlxhost.worker.engine.tool_formats import (
     arguments_prefix,
 )
 from mlxhost.worker.engine.tool_formats.xml_values import (
+    INTEGER_LIMIT,
+    NUMBER_LIMIT,
     Unforceable,
     ValueRules,
     arguments_rules,
@@ -63,9 +65,6 @@ _NAME: Final = re.compile(r"\s*([^\s<>]+)")
 _FUNCTION: Final = "<function="
 _PARAMETER: Final = re.compile(r"<parameter=(.*?)</parameter>", re.DOTALL)
 
-# Integers and numbers go through float(): beyond these, digits are lost or the value overflows.
-INTEGER_LIMIT: Final = 2**53
-NUMBER_LIMIT: Final = 1e15
 NULL: Final = r"(?i:null)"  # read as None, whatever the parameter's type
 # Texts json.loads might read as an object or an array (an untyped parameter's value then is one).
 JSON_CONTAINER: Final = r"[ \t\n\r]*[\[{](?s:.*)"

@@ -1,4 +1,5 @@
-"""Raw text as the XML families write a string argument, and the regexes that force it.
+"""Raw text as the XML families write a string argument, the regexes that force it, and the Lark
+rules of a value's forms.
 
 A string value stands as it is between an element's tags, so the grammar's terminal for it must
 keep to the schema's string keywords (length, pattern), never hold the words that would end the
@@ -17,11 +18,14 @@ from typing import Any, Final
 
 from llguidance import LLMatcher
 
+from mlxhost.worker.engine.tool_formats import json_rule
+
 __all__ = [
     "ANY_TEXT",
     "PY_SPACE",
     "STRIPPED",
     "Unforceable",
+    "ValueRules",
     "avoiding",
     "ecma_regex",
     "lark_literal",
@@ -198,3 +202,39 @@ def _terminal_error(body: str) -> str | None:
     except (TypeError, ValueError) as exc:
         return " ".join(str(exc).split())[:200]
     return " ".join(" ".join(errors).split())[:200] if failed else None
+
+
+class ValueRules:
+    """The forms one value may be written in, as the Lark rule `name`: each form followed by
+    `close`, the end of the value's element (a literal, a JSON value, or a raw text that ends where
+    the close can, lazily)."""
+
+    def __init__(self, name: str, close: str) -> None:
+        self.name, self.close = name, close
+        self.options: list[str] = []
+        self.defined: list[str] = []
+
+    def literal(self, text: str) -> None:
+        # One literal with the close: apart, the lexer would read "null" on as the start of a text.
+        self.options.append(lark_literal(text + self.close))
+
+    def json(self, schema: Mapping[str, Any]) -> None:
+        rule = f"{self.name}_{len(self.options)}"
+        self.options.append(f"{rule} {lark_literal(self.close)}")
+        self.defined.append(f"{rule}: {json_rule(schema)}")
+
+    def text(self, terminal: str, opening: str = "", closing: str = "") -> None:
+        """A raw text (`terminal`, a Lark terminal's body) between `opening` and `closing` (a CDATA
+        section's), then the close."""
+        rule = f"{self.name}_{len(self.options)}"
+        token = rule.upper().replace("-", "_")
+        self.options.append(f"{lark_literal(opening)} {rule}" if opening else rule)
+        self.defined += [
+            f"{rule}[suffix={lark_literal(closing + self.close)}]: {token}",
+            f"{token}: {terminal}",
+        ]
+
+    def rules(self) -> list[str]:
+        if not self.options:
+            raise Unforceable("no form of its values reads back valid")
+        return [f"{self.name}: {' | '.join(self.options)}", *self.defined]

@@ -25,12 +25,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from mlxhost.worker.engine.grammar import GrammarError, ToolSpec
-from mlxhost.worker.engine.tool_formats import ToolRefused, json_rule
+from mlxhost.worker.engine.tool_formats import ToolRefused
 from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
 from mlxhost.worker.engine.tool_formats.xml_text import (
     ANY_TEXT,
+    PY_SPACE,
     STRIPPED,
     Unforceable,
+    ValueRules,
     avoiding,
     ecma_regex,
     lark_literal,
@@ -40,7 +42,10 @@ from mlxhost.worker.engine.tool_formats.xml_text import (
 
 __all__ = [
     "ANY_TEXT",
+    "INTEGER_LIMIT",
     "JSON_TYPES",
+    "NUMBER_LIMIT",
+    "PY_SPACE",
     "STRIPPED",
     "ValueRules",
     "arguments_rules",
@@ -64,6 +69,10 @@ __all__ = [
 ]
 
 JSON_TYPES: Final = frozenset({"string", "integer", "number", "boolean", "object", "array", "null"})
+# A number read through float() or json.loads: past 1e15 its digits are lost, and an exponent may
+# overflow to inf (llguidance's own bounded numbers have no exponent).
+NUMBER_LIMIT: Final = 1e15
+INTEGER_LIMIT: Final = 2**53  # an integer read through float()
 
 
 def tools_rules(
@@ -273,7 +282,11 @@ class _Guard:
                 raise Unforceable(f"a value of its '{key}' holds one of {words}")
         if "enum" in out or "const" in out:
             return out
+        if any(k in out for k in ("anyOf", "oneOf", "allOf", "$ref")):
+            return out  # a value meets a guarded branch or target: guards beside them would only clash
         kinds = types_of(out)
+        if "number" in kinds:
+            out = bounded(out, NUMBER_LIMIT)  # json.loads reads a larger exponent as inf
         if isinstance(out.get("pattern"), str):
             out["pattern"] = ecma_regex(out["pattern"])  # llguidance reads patterns as Rust's
         if "string" in kinds:
@@ -378,39 +391,3 @@ def disjoint(kinds: Sequence[frozenset[str]]) -> bool:
             return False
         seen |= k
     return True
-
-
-class ValueRules:
-    """The forms one value may be written in, as the Lark rule `name`: each form followed by
-    `close`, the end of the value's element (a literal, a JSON value, or a raw text that ends where
-    the close can, lazily)."""
-
-    def __init__(self, name: str, close: str) -> None:
-        self.name, self.close = name, close
-        self.options: list[str] = []
-        self.defined: list[str] = []
-
-    def literal(self, text: str) -> None:
-        # One literal with the close: apart, the lexer would read "null" on as the start of a text.
-        self.options.append(lark_literal(text + self.close))
-
-    def json(self, schema: Mapping[str, Any]) -> None:
-        rule = f"{self.name}_{len(self.options)}"
-        self.options.append(f"{rule} {lark_literal(self.close)}")
-        self.defined.append(f"{rule}: {json_rule(schema)}")
-
-    def text(self, terminal: str, opening: str = "", closing: str = "") -> None:
-        """A raw text (`terminal`, a Lark terminal's body) between `opening` and `closing` (a CDATA
-        section's), then the close."""
-        rule = f"{self.name}_{len(self.options)}"
-        token = rule.upper().replace("-", "_")
-        self.options.append(f"{lark_literal(opening)} {rule}" if opening else rule)
-        self.defined += [
-            f"{rule}[suffix={lark_literal(closing + self.close)}]: {token}",
-            f"{token}: {terminal}",
-        ]
-
-    def rules(self) -> list[str]:
-        if not self.options:
-            raise Unforceable("no form of its values reads back valid")
-        return [f"{self.name}: {' | '.join(self.options)}", *self.defined]
