@@ -6,10 +6,9 @@ A family's own quirks (its markers, its value forms, what it refuses) are in tes
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from mlxhost import demo
 from mlxhost.worker.engine.grammar import ToolSpec
 from mlxhost.worker.engine.tool_formats import ToolRefused, available, tool_format
 from tests.unit.tool_format_helpers import TOOLS, GrammarSampler, assert_streams, bodies_of, read_calls
@@ -27,8 +26,20 @@ def carried(parser: str) -> tuple[ToolSpec, ...]:
 
 
 @pytest.fixture(scope="module")
-def sampler(tiny_model: Path) -> GrammarSampler:
-    return GrammarSampler(tiny_model / "tokenizer.json")
+def samplers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GrammarSampler]:
+    """Each family's own demo tokenizer, as its model would have it: its markers single tokens
+    where the family's checkpoints have them so. (Each format's own tests also walk the default
+    tokenizer, where the markers are spelled out.)"""
+    root = tmp_path_factory.mktemp("format-tokenizers")
+    return {
+        name: GrammarSampler(demo.make_model(root / name, "tiny", 0, name) / "tokenizer.json")
+        for name in available()
+    }
+
+
+@pytest.fixture
+def sampler(samplers: dict[str, GrammarSampler], parser: str) -> GrammarSampler:
+    return samplers[parser]
 
 
 @pytest.mark.parametrize("parser", available())
