@@ -12,6 +12,7 @@ Hand-written because no library builds these pieces (llguidance takes them as th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -193,6 +194,7 @@ def _lark_regex(regex: str) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=1024)
 def _terminal_error(body: str) -> str | None:
     # Compiled alone (no tokenizer) so that a pattern llguidance cannot read is refused with the
     # tool's name, not failed later as the whole grammar.
