@@ -141,3 +141,37 @@ def test_a_family_without_an_end_marker_calls_to_the_end_of_the_output() -> None
 def test_a_number_past_a_floats_range_is_no_call_rather_than_json_that_is_not() -> None:
     whole = joined(stream('<tool_call>\n{"name": "add", "arguments": {"a": 1e999}}\n</tool_call>', 5)[0])
     assert whole.tool_calls == [] and "Infinity" not in whole.content
+
+
+def test_the_calls_a_cut_section_finished_are_whole_and_the_cut_one_is_dropped() -> None:
+    """Kimi K2 writes all of a turn's calls in one section: the output cut inside the second call
+    keeps the first, whole, streamed or not."""
+    from mlx_lm.tool_parsers import kimi_k2
+
+    markers = Markers(None, None, kimi_k2.tool_call_start, kimi_k2.tool_call_end)
+    fmt = tool_format("kimi_k2")
+    if fmt is None:
+        pytest.skip("no kimi_k2 format")
+    text = (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.weather:0<|tool_call_argument_begin|>"
+        '{"city": "Oslo"}<|tool_call_end|><|tool_call_begin|>functions.time:1<|tool_call_argument_begin|>{"zo'
+    )
+    for step in (1, 7, 1000):
+        parser = OutputParser(markers, kimi_k2.parse_tool_call, None, fmt=fmt)
+        whole = joined(
+            [parser.feed(text[i : i + step]) for i in range(0, len(text), step)] + [parser.finish()]
+        )
+        assert [(c.name, c.arguments) for c in whole.tool_calls] == [("weather", '{"city": "Oslo"}')]
+        assert whole.tool_calls[0].id == "functions.weather:0"
+        assert parser.calls_made == 1 and parser.calls_cut == 1 and whole.content == ""
+
+
+def test_a_forced_output_cut_inside_its_start_marker_is_no_text() -> None:
+    """A marker spelled in several tokens (`<function name=`, MiniCPM's) cut by max_tokens: under a
+    grammar that allows only calls it is a call begun; unforced, what the model wrote stays."""
+    markers = Markers(None, None, "<function name=", "</function>")
+    for forced, expected in ((True, ""), (False, "<funct")):
+        parser = OutputParser(markers, json_tools.parse_tool_call, None, forced=forced)
+        out = parser.feed("<funct")
+        out.add(parser.finish())
+        assert out.content == expected

@@ -102,6 +102,7 @@ class Prepared:
     read_calls: bool  # tool calls in the output are read as calls (not text)
     thinking: bool  # the output starts inside the model's reasoning
     thinking_budget: ThinkingBudget | None = None
+    forced: bool = False  # a grammar holds the output to tool calls: none of it is text
 
     def parser(self, engine: Engine) -> OutputParser:
         """A reader of one choice's output."""
@@ -109,7 +110,12 @@ class Prepared:
         parse = tokenizer.tool_parser if self.read_calls else None
         tools = [t.template_form() for t in self.tools]
         return OutputParser(
-            tokenizer.markers, parse, tools, reasoning=self.thinking, fmt=tokenizer.tool_format
+            tokenizer.markers,
+            parse,
+            tools,
+            reasoning=self.thinking,
+            fmt=tokenizer.tool_format,
+            forced=self.forced,
         )
 
 
@@ -194,6 +200,7 @@ async def prepare(engine: Engine, conversation: Conversation) -> Prepared:
         read_calls=bool(tools) and choice.mode != "none" and tokenizer.tool_parser is not None,
         thinking=rendered.thinking,
         thinking_budget=budget,
+        forced=spec is not None and spec.kind == "tool_calls",
     )
 
 

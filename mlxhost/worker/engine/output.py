@@ -162,7 +162,8 @@ class OutputParser:
     """Feed it text as it comes (`feed`), then `finish`; each returns what is now known of it.
 
     `parse_call` is None when calls are not to be read (no tools were offered, or `tool_choice`
-    was "none"): then their markers are just text. `fmt` is the family's syntax, which tells a
+    was "none"): then their markers are just text; `forced`: a grammar holds the output to calls.
+    `fmt` is the family's syntax, which tells a
     call's name and arguments while its body is still being written (tool_formats/): with it, a
     call is announced (`CallBegun`) as soon as its name is known and its arguments follow as they
     complete; without it, a call comes whole at its end marker. `reasoning` says the prompt left
@@ -176,12 +177,16 @@ class OutputParser:
         tools: Sequence[Any] | None = None,
         reasoning: bool = False,
         fmt: ToolFormat | None = None,
+        forced: bool = False,
     ) -> None:
         self._markers = markers
         # A family with no end marker (Mistral) writes its calls to the end of the output.
         self._parse_call = parse_call if markers.call_start else None
         self._tools = tools
         self._fmt = fmt
+        # A grammar holds the output to calls: what the output ends inside of (a start marker
+        # spelled in several tokens, cut by max_tokens) is a call begun, not text.
+        self._forced = forced and self._parse_call is not None
         self._thinks = bool(markers.think_start and markers.think_end)
         self._mode = _Mode.REASONING if reasoning and self._thinks else _Mode.ANSWER
         self._held = ""  # text not yet sorted: a marker may be starting in it
@@ -224,15 +229,50 @@ class OutputParser:
                 return out  # a family whose calls end with the output (Mistral), complete
             # Cut off (by max_tokens, or a stop string): not a call the client could make, and its
             # markup is not an answer either (as text it would read as one, ahead of the calls
-            # that did complete). The finish reason says the output was cut.
+            # that did complete). The finish reason says the output was cut. In a family that
+            # writes several calls in one section (Kimi, MiniMax), those it finished are whole.
+            finished = self._finished_calls()
+            for i, call in enumerate(finished):
+                self._end_finished(out, i, call)
+            self.calls_made += len(finished)
             logger.info("a tool call was cut off before its end marker; it is dropped")
-            self.calls_cut += max(1, len(self._begun))
-            for begun in self._begun:
+            self.calls_cut += max(1, len(self._begun) - len(finished))
+            for begun in self._begun[len(finished) :]:
                 out.call_part(CallEnded(begun.index, None))
             self._end_call()
-        else:
+        elif not (self._forced and self._mode is _Mode.ANSWER and held):
             self._emit(out, held)
         return out
+
+    def _finished_calls(self) -> list[ToolCall]:
+        """The calls of a cut body its format reads as finished (their arguments whole JSON): the
+        leading ones, up to the first that is not."""
+        if self._fmt is None:
+            return []
+        finished = []
+        for partial in self._fmt.partial(self._call, self._tools):
+            try:
+                arguments = json.loads(partial.arguments) if partial.name is not None else None
+            except ValueError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                break
+            assert partial.name is not None
+            finished.append(ToolCall(partial.id or new_call_id(), partial.name, partial.arguments))
+        return finished
+
+    def _end_finished(self, out: Output, i: int, call: ToolCall) -> None:
+        if i < len(self._begun):
+            begun = self._begun[i]
+            if len(call.arguments) > len(begun.sent):
+                out.call_part(CallArguments(begun.index, call.arguments[len(begun.sent) :]))
+            out.call_part(CallEnded(begun.index, ToolCall(begun.id, call.name, call.arguments)))
+            return
+        index = self.calls_begun
+        self.calls_begun += 1
+        out.call_part(CallBegun(index, call.id, call.name))
+        out.call_part(CallArguments(index, call.arguments))
+        out.call_part(CallEnded(index, call))
 
     def _awaited(self) -> list[str]:
         """The markers that would change the mode now."""
