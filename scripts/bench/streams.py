@@ -66,7 +66,8 @@ async def sse_chunks(response: httpx.Response) -> AsyncGenerator[tuple[float, di
 def has_content(chunk: dict[str, Any]) -> bool:
     # A forced call's first token is its call's first delta (the constrained part's streams).
     return any(
-        choice["delta"].get("content") or choice["delta"].get("tool_calls") for choice in chunk.get("choices", [])
+        choice["delta"].get("content") or choice["delta"].get("tool_calls")
+        for choice in chunk.get("choices", [])
     )
 
 
