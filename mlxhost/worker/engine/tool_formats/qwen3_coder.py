@@ -28,12 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from mlxhost.worker.engine.grammar import ToolSpec
-from mlxhost.worker.engine.tool_formats import (
-    PartialCall,
-    Tag,
-    ToolFormat,
-    arguments_prefix,
-)
+from mlxhost.worker.engine.tool_formats import PartialCall, Tag, ToolFormat, arguments_prefix
 from mlxhost.worker.engine.tool_formats.xml_values import (
     INTEGER_LIMIT,
     NUMBER_LIMIT,
@@ -68,9 +63,9 @@ _PARAMETER: Final = re.compile(r"<parameter=(.*?)</parameter>", re.DOTALL)
 NULL: Final = r"(?i:null)"  # read as None, whatever the parameter's type
 # Texts json.loads might read as an object or an array (an untyped parameter's value then is one).
 JSON_CONTAINER: Final = r"[ \t\n\r]*[\[{](?s:.*)"
+_COMBINATORS: Final = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref"})
 # What ast.literal_eval might read (a value of a parameter whose `type` is a list): a raw string is
 # kept to an ASCII letter first, no quote after a leading word (b'…', r"…"), and no Python constant.
-_COMBINATORS: Final = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref"})
 LITERAL_SAFE: Final = r"[A-Za-z](?s:.*)"
 LITERAL_LIKE: Final = r"[A-Za-z0-9_]*['\"](?s:.*)|(?:True|False|None)(?:[^A-Za-z0-9_](?s:.*))?"
 

@@ -5,6 +5,8 @@ an element and convert it by their own rules (a string as it is, other types as 
 None…). Each family decides which form a parameter's value takes; this module and xml_text.py (raw
 text, and the regexes that force it; re-exported here) build the forms:
 
+- `tools_rules`, `arguments_rules`: each tool's call and its arguments as Lark rules (an optional
+  argument no form carries left out, a required one refusing its tool);
 - `parameters_of`: the arguments a call may write, and what of the whole object is refused;
 - `guard_json`: a JSON schema whose strings (and keys) are kept from holding the words that would
   end the element early, for a value written as JSON inside it;
@@ -47,24 +49,24 @@ __all__ = [
     "NUMBER_LIMIT",
     "PY_SPACE",
     "STRIPPED",
+    "Unforceable",
     "ValueRules",
     "arguments_rules",
-    "tools_rules",
-    "Unforceable",
     "avoiding",
     "bounded",
-    "ecma_regex",
     "disjoint",
+    "ecma_regex",
     "guard_json",
     "json_type",
     "lark_literal",
-    "parameters_of",
     "literals",
+    "parameters_of",
     "regex_escape",
     "resolve",
     "same_value",
     "standalone",
     "text_terminal",
+    "tools_rules",
     "types_of",
 ]
 
