@@ -46,12 +46,13 @@ def sampler(samplers: dict[str, GrammarSampler], parser: str) -> GrammarSampler:
 def test_a_named_tool_is_exactly_one_valid_call(sampler: GrammarSampler, parser: str) -> None:
     fmt = tool_format(parser)
     assert fmt is not None
-    for tool in carried(parser):
-        grammar = sampler.grammar(fmt, [tool], parallel=False)
-        for seed in SEEDS:
-            text = sampler.sample(grammar, seed)
-            calls = read_calls(fmt, text, [tool])
-            assert [c["name"] for c in calls] == [tool.name], text
+    tools = carried(parser)
+    grammars = [sampler.grammar(fmt, [tool], parallel=False) for tool in tools]
+    for seed in SEEDS:  # the tools in turn, fifty walks in all
+        tool, grammar = tools[seed % len(tools)], grammars[seed % len(tools)]
+        text = sampler.sample(grammar, seed, closing=fmt.call_end)
+        calls = read_calls(fmt, text, [tool])
+        assert [c["name"] for c in calls] == [tool.name], text
 
 
 @pytest.mark.parametrize("parser", available())
@@ -62,7 +63,7 @@ def test_required_is_one_or_more_valid_calls(sampler: GrammarSampler, parser: st
     grammar = sampler.grammar(fmt, tools, parallel=True)
     names = set()
     for seed in SEEDS:
-        calls = read_calls(fmt, sampler.sample(grammar, seed), tools)
+        calls = read_calls(fmt, sampler.sample(grammar, seed, closing=fmt.call_end), tools)
         assert calls
         names |= {c["name"] for c in calls}
     assert names == {t.name for t in tools}  # every tool is reachable
@@ -75,7 +76,7 @@ def test_streamed_calls_grow_to_exactly_the_whole_call(sampler: GrammarSampler, 
     tools = carried(parser)
     grammar = sampler.grammar(fmt, tools, parallel=True)
     for seed in SEEDS:
-        text = sampler.sample(grammar, seed)
+        text = sampler.sample(grammar, seed, closing=fmt.call_end)
         for body in bodies_of(fmt, text):
             assert_streams(fmt, body, tools, seed)
 

@@ -103,6 +103,7 @@ class GrammarSampler:
         self.vocab_size = self.hf.get_vocab_size()
         self.eos = eos
         self.lltokenizer = LLTokenizer(text, n_vocab=self.vocab_size, eos_token=[eos])
+        self.texts = [self.hf.decode([t], skip_special_tokens=False) for t in range(self.vocab_size)]
 
     def tag(self, text: str) -> str:
         # As the grammar compiler renders a marker: by id when it is one token.
@@ -112,30 +113,48 @@ class GrammarSampler:
     def grammar(self, fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool) -> str:
         return LLMatcher.grammar_from_lark(fmt.grammar(tools, parallel, self.tag, "tools"))
 
-    def sample(self, grammar: str, seed: int, max_tokens: int = 2000) -> str:
-        """One random output of `grammar`; fails if it cannot end within `max_tokens`."""
+    def sample(self, grammar: str, seed: int, max_tokens: int = 2000, closing: str = "") -> str:
+        """One random output of `grammar`; fails if it cannot end within `max_tokens`.
+
+        Where the grammar allows ending (end of text) it mostly ends; where it allows going on
+        with `closing` (a section's end marker, inside which more calls may come) it mostly goes
+        that way, so that a walk writes a few calls, not dozens."""
         rng = random.Random(seed)
         matcher = LLMatcher(self.lltokenizer, grammar, log_level=0)
         assert not matcher.is_error(), matcher.get_error()
         ids: list[int] = []
+        text = ""
         for _ in range(max_tokens):
             if matcher.is_stopped():
                 break
             bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
             allowed = np.flatnonzero(bits[: self.vocab_size]).tolist()
-            assert allowed, (
-                f"the grammar allows no token after {self.hf.decode(ids, skip_special_tokens=False)!r}"
-            )
+            assert allowed, f"the grammar allows no token after {text!r}"
             if self.eos in allowed and (len(allowed) == 1 or rng.random() < 0.7):
                 break
-            token = rng.choice([t for t in allowed if t != self.eos])
+            choices = [t for t in allowed if t != self.eos]
+            closers = [t for t in choices if _continues(text, self.texts[t], closing)] if closing else []
+            token = rng.choice(closers if closers and rng.random() < 0.7 else choices)
             assert matcher.consume_token(token), matcher.get_error()
             ids.append(token)
+            text += self.texts[token]  # near enough to steer by; the result is decoded whole
         else:
             raise AssertionError(
                 f"no end in {max_tokens} tokens: {self.hf.decode(ids, skip_special_tokens=False)!r}"
             )
         return self.hf.decode(ids, skip_special_tokens=False)
+
+
+def _continues(text: str, piece: str, marker: str) -> bool:
+    """Whether `piece` after `text` writes more of `marker` (starting it, or going on with it)."""
+    if not piece:
+        return False
+    for begun in range(min(len(text), len(marker) - 1), -1, -1):
+        if begun == 0 or text.endswith(marker[:begun]):
+            rest = marker[begun:]
+            if rest.startswith(piece) or piece.startswith(rest):
+                return True
+    return False
 
 
 def bodies_of(fmt: ToolFormat, text: str) -> list[str]:
