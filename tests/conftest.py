@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import openai
@@ -25,6 +25,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model(tmp_path_factory.mktemp("models") / "tiny", size="tiny")
+
+
+@pytest.fixture(scope="session")
+def family_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`family_model(name)`: the tiny model's variant for a tool-call family (demo/families/),
+    built once per test process on first use."""
+    root = tmp_path_factory.mktemp("families")
+    built: dict[str, Path] = {}
+
+    def model(name: str) -> Path:
+        if name not in built:
+            built[name] = make_model(root / name, size="tiny", family=name)
+        return built[name]
+
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +74,8 @@ FLAT = {"function_gemma"}
 
 
 @pytest.fixture(scope="module")
-def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("families")
-    return {name: load_tokenizer(demo.make_model(root / name, "tiny", 0, name)) for name in NAMES}
+def tokenizers(family_model: Callable[[str], Path]) -> dict[str, Any]:
+    return {name: load_tokenizer(family_model(name)) for name in NAMES}
 
 
 def render(tokenizer: Any, messages: list[dict[str, Any]], **kwargs: Any) -> str:

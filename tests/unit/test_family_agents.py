@@ -5,12 +5,12 @@ family), the real clients run on json_tools, qwen3_coder and glm47 at the least.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
-from mlxhost import demo
 from mlxhost.worker.engine.tool_formats import available
 from tests.unit.family_worker import family_worker
 
@@ -26,7 +26,9 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("name", FAMILIES)
-async def test_an_agent_calls_a_tool_gets_its_result_and_finishes(tmp_path: Path, name: str) -> None:
+async def test_an_agent_calls_a_tool_gets_its_result_and_finishes(
+    family_model: Callable[[str], Path], name: str
+) -> None:
     agents = pytest.importorskip("agents")
     calls: list[str] = []
 
@@ -36,7 +38,7 @@ async def test_an_agent_calls_a_tool_gets_its_result_and_finishes(tmp_path: Path
         calls.append(city)
         return f"It is sunny in {city}."
 
-    async with family_worker(demo.make_model(tmp_path / name, "tiny", 0, name)) as worker:
+    async with family_worker(family_model(name)) as worker:
         tokenizer = worker.engine.tokenizer
         # The random model may open a think block on its own and stay in it to max_tokens; the
         # SDK rightly calls an answer that is all reasoning a ModelBehaviorError. That is the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,6 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from mlxhost import demo
 from mlxhost.demo.families import FAMILIES, family
 from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, ThinkingBudget
 from mlxhost.worker.engine.output import Markers, Output, OutputParser
@@ -83,9 +83,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("family-models")
-    return {name: demo.make_model(root / name, "tiny", 0, name) for name in VARIANTS}
+def models(family_model: Callable[[str], Path]) -> dict[str, Path]:
+    return {name: family_model(name) for name in VARIANTS}
 
 
 def valid(name: str, arguments: str) -> bool:

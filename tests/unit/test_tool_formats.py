@@ -6,9 +6,11 @@ A family's own quirks (its markers, its value forms, what it refuses) are in tes
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
-from mlxhost import demo
 from mlxhost.worker.engine.grammar import ToolSpec
 from mlxhost.worker.engine.tool_formats import ToolRefused, available, tool_format
 from tests.unit.tool_format_helpers import TOOLS, GrammarSampler, assert_streams, bodies_of, read_calls
@@ -26,15 +28,11 @@ def carried(parser: str) -> tuple[ToolSpec, ...]:
 
 
 @pytest.fixture(scope="module")
-def samplers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GrammarSampler]:
+def samplers(family_model: Callable[[str], Path]) -> dict[str, GrammarSampler]:
     """Each family's own demo tokenizer, as its model would have it: its markers single tokens
     where the family's checkpoints have them so. (Each format's own tests also walk the default
     tokenizer, where the markers are spelled out.)"""
-    root = tmp_path_factory.mktemp("format-tokenizers")
-    return {
-        name: GrammarSampler(demo.make_model(root / name, "tiny", 0, name) / "tokenizer.json")
-        for name in available()
-    }
+    return {name: GrammarSampler(family_model(name) / "tokenizer.json") for name in available()}
 
 
 @pytest.fixture
