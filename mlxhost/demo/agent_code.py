@@ -17,13 +17,8 @@ from mlxhost.demo.agent_vocabulary import identifier, path
 __all__ = ["json_example", "python_code", "shell_session", "typescript_code"]
 
 _PYTHON_IMPORTS: Final = (
-    "from __future__ import annotations",
-    "import json",
-    "import os",
-    "from pathlib import Path",
-    "from typing import Any",
-    "import pytest",
-    "import asyncio",
+    "from __future__ import annotations", "import json", "import os", "from pathlib import Path",
+    "from typing import Any", "import pytest", "import asyncio",
 )
 
 
@@ -115,7 +110,9 @@ def typescript_code(rng: random.Random) -> str:
             field = identifier(rng, "camel") + rng.choice(("", "?"))
             lines.append(f"{indent}{field}: {rng.choice(TS_TYPES)};")
         lines.append("}")
-    args = ", ".join(f"{identifier(rng, 'camel')}: {rng.choice(TS_TYPES)}" for _ in range(rng.randint(0, 3)))
+    args = ", ".join(
+        f"{identifier(rng, 'camel')}: {rng.choice(TS_TYPES)}" for _ in range(rng.randint(0, 3))
+    )
     keyword = rng.choice(("export function", "export async function", "function", "const"))
     name = identifier(rng, "camel")
     if keyword == "const":

@@ -20,17 +20,7 @@ _BULLETS: Final = ("- ", "- ", " - ", "* ", "  - ", "• ")
 _LABEL_MARKS: Final = (":", " —", " -", ".", "")
 _FENCES: Final = ("bash", "sh", "python", "typescript", "json", "markdown", "text", "")
 _SETTINGS: Final = (
-    "Yes",
-    "No",
-    "true",
-    "false",
-    "linux",
-    "darwin",
-    "bash",
-    "zsh",
-    "none",
-    "enabled",
-    "restricted",
+    "Yes", "No", "true", "false", "linux", "darwin", "bash", "zsh", "none", "enabled", "restricted",
 )
 
 
