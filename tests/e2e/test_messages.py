@@ -18,7 +18,7 @@ from mlxhost.wire.chunks import Delta, ToolCall
 from mlxhost.worker.api.messages_writer import MessagesWriter
 from mlxhost.worker.api.serving import shutting_down
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import Output
+from mlxhost.worker.engine.parts import Output
 from tests.e2e.messages_helpers import HELLO, WEATHER, client_fixture  # noqa: F401 - the `client` fixture
 
 # SDK 2.15 dropped the sampling parameters from its signatures; the API (and older SDKs) take them.

@@ -26,7 +26,7 @@ from mlxhost.wire.errors import ServiceUnavailable
 from mlxhost.worker.api.responses import ResponseStore
 from mlxhost.worker.api.responses_writer import ResponsesWriter
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import Output
+from mlxhost.worker.engine.parts import Output
 from tests.e2e.responses_helpers import (
     ASK,
     EVENT_TYPES,

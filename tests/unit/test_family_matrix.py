@@ -23,7 +23,8 @@ import pytest
 
 from mlxhost.demo.families import FAMILIES, family
 from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, ThinkingBudget
-from mlxhost.worker.engine.output import Markers, Output, OutputParser
+from mlxhost.worker.engine.output import Markers, OutputParser
+from mlxhost.worker.engine.parts import Output
 from mlxhost.worker.engine.tool_formats import available
 from tests.unit.family_worker import family_worker
 from tests.unit.tool_format_helpers import TOOLS, openai_tools

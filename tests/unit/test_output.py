@@ -7,7 +7,8 @@ import json
 import pytest
 from mlx_lm.tool_parsers.json_tools import parse_tool_call
 
-from mlxhost.worker.engine.output import Markers, Output, OutputParser
+from mlxhost.worker.engine.output import Markers, OutputParser
+from mlxhost.worker.engine.parts import Output
 
 MARKERS = Markers("<think>", "</think>", "<tool_call>", "</tool_call>")
 REPLY = (

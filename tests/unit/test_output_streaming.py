@@ -9,15 +9,8 @@ import json
 import pytest
 from mlx_lm.tool_parsers import json_tools, mistral
 
-from mlxhost.worker.engine.output import (
-    CallArguments,
-    CallBegun,
-    CallEnded,
-    Markers,
-    Output,
-    OutputParser,
-    Text,
-)
+from mlxhost.worker.engine.output import Markers, OutputParser
+from mlxhost.worker.engine.parts import CallArguments, CallBegun, CallEnded, Output, Text
 from mlxhost.worker.engine.tool_formats import tool_format
 
 pytestmark = pytest.mark.unit

@@ -35,7 +35,8 @@ from mlxhost.worker.api.serving import Serving, shutting_down
 from mlxhost.worker.api.writer import Answer, ChoicesWriter, Writer
 from mlxhost.worker.engine.engine import EngineStopped
 from mlxhost.worker.engine.generation import GenerationRequest, GenerationSession
-from mlxhost.worker.engine.output import Output, OutputParser
+from mlxhost.worker.engine.output import OutputParser
+from mlxhost.worker.engine.parts import Output
 
 __all__ = ["respond", "respond_choices"]
 

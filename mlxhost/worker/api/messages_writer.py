@@ -19,7 +19,7 @@ from mlxhost.wire.chunks import AnswerFinish, Delta, ToolCall
 from mlxhost.wire.dialect import Dialect, sse_error, sse_event
 from mlxhost.wire.errors import APIError
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import CallArguments, CallBegun, CallEnded, Output, Text
+from mlxhost.worker.engine.parts import CallArguments, CallBegun, CallEnded, Output, Text
 
 __all__ = ["MessagesWriter"]
 

@@ -10,7 +10,7 @@ from typing import Any
 from mlxhost.wire.chunks import DONE, AnswerFinish, ChatFormat, CompletionFormat, Delta, sse
 from mlxhost.wire.errors import APIError
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import CallArguments, CallBegun, Output, Text
+from mlxhost.worker.engine.parts import CallArguments, CallBegun, Output, Text
 
 __all__ = ["ChatWriter", "CompletionWriter"]
 

@@ -56,7 +56,7 @@ from mlxhost.worker.api.request import GenerationSettings, check_characters, gen
 from mlxhost.worker.api.responses_writer import ResponsesWriter, echo
 from mlxhost.worker.api.serving import Serving, read_body, serving
 from mlxhost.worker.engine.generation import GenerationRequest
-from mlxhost.worker.engine.output import Output
+from mlxhost.worker.engine.parts import Output
 
 __all__ = ["ResponseStore", "responses", "responses_conversation"]
 

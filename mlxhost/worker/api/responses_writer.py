@@ -25,7 +25,7 @@ from mlxhost.wire.dialect import sse_event
 from mlxhost.wire.errors import APIError
 from mlxhost.wire.responses import FunctionToolChoice, ResponsesRequest
 from mlxhost.worker.api.writer import Answer
-from mlxhost.worker.engine.output import CallArguments, CallBegun, CallEnded, Output, Text
+from mlxhost.worker.engine.parts import CallArguments, CallBegun, CallEnded, Output, Text
 
 __all__ = ["ResponsesWriter", "echo", "new_id"]
 

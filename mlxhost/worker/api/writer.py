@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from mlxhost.wire.chunks import AnswerFinish, Delta, TokenLogprob
 from mlxhost.wire.errors import APIError
-from mlxhost.worker.engine.output import Output
+from mlxhost.worker.engine.parts import Output
 
 __all__ = ["Answer", "ChoicesWriter", "Writer"]
 
