@@ -12,9 +12,9 @@ from typing import Any, Literal
 import pytest
 
 from mlxhost.worker.engine.tool_formats import available
-from tests.unit.family_worker import family_worker
+from tests.e2e.family_worker import family_worker
 
-pytestmark = [pytest.mark.unit, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 FAMILIES = [name for name in ("json_tools", "qwen3_coder", "glm47") if name in available()]
 

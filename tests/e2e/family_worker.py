@@ -2,8 +2,10 @@
 reached by the SDKs through httpx's ASGITransport, so that every family's matrix runs the real
 dialects without starting a process per family.
 
-`family_worker(model)` yields the app's clients: `openai` (AsyncOpenAI) and `anthropic`
-(AsyncAnthropic). The prompt cache is off, so that two requests with one seed sample the same.
+Its tests are in tests/e2e: they drive a whole worker (the model, the engine, the routes) through
+the real SDKs; only the process around it is left out. `family_worker(model)` yields the app's
+clients: `openai` (AsyncOpenAI) and `anthropic` (AsyncAnthropic). The prompt cache is off, so that
+two requests with one seed sample the same.
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ from mlxhost.worker.engine.generation import GenerationRequest, SamplingParams, 
 from mlxhost.worker.engine.output import Markers, OutputParser
 from mlxhost.worker.engine.parts import Output
 from mlxhost.worker.engine.tool_formats import available
-from tests.unit.family_worker import family_worker
+from tests.e2e.family_worker import family_worker
 from tests.unit.tool_format_helpers import TOOLS, openai_tools
 
-pytestmark = [pytest.mark.unit, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def _variants() -> list[str]:
