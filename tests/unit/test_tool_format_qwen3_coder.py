@@ -180,13 +180,16 @@ REAL = (
 )
 
 
-def test_real_output_reads_whole_and_streams_parameter_by_parameter() -> None:
+def test_real_output_reads_whole_and_streams_strings_as_they_are_written() -> None:
+    """A string parameter (a file's content) streams character by character; a typed one (an
+    integer) once it closed; what the parser may still strip or read as null is held back."""
     tools = openai_tools(TOOLS[:1])
     content = 'import os\n\nif x < 3 and y > 2:\n    print("héllo 👋 </param")\n'
     arguments = {"path": "src/app.py", "content": content, "mode": 420}
     assert FMT.parse(REAL, tools) == [{"name": "write_file", "arguments": arguments}]
     whole = json.dumps(arguments, ensure_ascii=False)
     seen = ""
+    grew = 0
     for cut in range(len(REAL) + 1):
         calls = FMT.partial(REAL[:cut], tools)
         if cut <= REAL.index(">"):
@@ -195,12 +198,25 @@ def test_real_output_reads_whole_and_streams_parameter_by_parameter() -> None:
         [call] = calls
         assert call.name == "write_file"
         assert whole.startswith(call.arguments) and call.arguments.startswith(seen)
+        grew += call.arguments != seen
         seen = call.arguments
-        if cut < REAL.index("</parameter>") + len("</parameter>"):
-            assert call.arguments == "{"
-        elif cut < REAL.index("</parameter>\n<parameter=mode>"):  # the close split across chunks
-            assert call.arguments == '{"path": "src/app.py"'
+        if cut == REAL.index("src/app.py") + len("src/"):
+            assert call.arguments == '{"path": "src/'
+        if cut == REAL.index("</parameter>"):  # the value's closing newline may be the parser's
+            assert call.arguments == '{"path": "src/app.py'
+        if cut == REAL.index("if x < 3"):
+            assert call.arguments == '{"path": "src/app.py", "content": "import os\\n'
+        if cut == REAL.index("420") + 2:  # an integer: known once its element closed
+            assert call.arguments == json.dumps(arguments, ensure_ascii=False).split(', "mode"')[0]
+    assert grew > 40  # the content came character by character
     assert seen == whole  # the function closed: the whole arguments, closing brace and all
+
+
+def test_a_string_that_may_yet_read_null_is_held_back() -> None:
+    tools = openai_tools(TOOLS[:1])
+    for value, expected in (("nu", "{"), ("NULL", "{"), ("nuts", '{"path": "nuts'), ("\n", "{")):
+        body = f"\n<function=write_file>\n<parameter=path>\n{value}"
+        assert FMT.partial(body, tools)[0].arguments == expected, value
 
 
 def test_partial_never_raises_on_what_is_not_a_call_yet() -> None:

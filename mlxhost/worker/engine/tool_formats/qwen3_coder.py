@@ -59,6 +59,8 @@ CLOSE: Final = "\n</parameter>\n"
 _NAME: Final = re.compile(r"\s*([^\s<>]+)")
 _FUNCTION: Final = "<function="
 _PARAMETER: Final = re.compile(r"<parameter=(.*?)</parameter>", re.DOTALL)
+# The types whose values the parser keeps as written (mlx_lm.tool_parsers.qwen3_coder).
+_STRING_TYPES: Final = frozenset({"string", "str", "text", "varchar", "char", "enum"})
 
 NULL: Final = r"(?i:null)"  # read as None, whatever the parameter's type
 # Texts json.loads might read as an object or an array (an untyped parameter's value then is one).
@@ -222,7 +224,51 @@ class Qwen3Coder(ToolFormat):
             return [PartialCall(name.group(1), "{")]
         tail = rest[done:] if done else rest[name.end() :].lstrip(">")
         closed = tail.strip() == "</function>"
-        return [PartialCall(name.group(1), arguments_prefix(arguments, complete=closed))]
+        text = arguments_prefix(arguments, complete=closed)
+        if not closed:
+            text += _open_text(tail, arguments, _declared(tools, name.group(1)))
+        return [PartialCall(name.group(1), text)]
+
+
+def _declared(tools: Sequence[Mapping[str, Any]] | None, name: str) -> Mapping[str, Any]:
+    """The properties the tool `name` declares (as the parser reads them), or {}."""
+    for tool in tools or ():
+        function = tool.get("function") or {}
+        if function.get("name") == name:
+            properties = (function.get("parameters") or {}).get("properties")
+            return properties if isinstance(properties, Mapping) else {}
+    return {}
+
+
+def _open_text(tail: str, done: Mapping[str, Any], declared: Mapping[str, Any]) -> str:
+    """More of the arguments' JSON text from a parameter still being written, when it is a string
+    the parser keeps as written: its characters as they come, so that a long value (a file's
+    content) streams as the model writes it, not at its end. What the parser may still change is
+    held back: one newline at either end (it strips them), a tail that may be the closing tag, and
+    a value that may yet read "null". "" for any other parameter: it comes whole once closed."""
+    opened = re.match(r"\s*<parameter=([^\s<>]+)>", tail)
+    if opened is None or opened.group(1) in done:
+        return ""
+    key = opened.group(1)
+    schema = declared.get(key)
+    if schema is not None and str(schema.get("type", "")).strip().lower() not in _STRING_TYPES:
+        return ""  # converted by its type (or read as JSON): known only once whole
+    value = tail[opened.end() :]
+    if not value:
+        return ""
+    value = value.removeprefix("\n")
+    for length in range(min(len(value), len(CLOSE) - 1), 0, -1):
+        if "\n</parameter>".startswith(value[-length:]) or "</parameter>".startswith(value[-length:]):
+            value = value[:-length]  # a newline there may be the one the parser strips
+            break
+    if "null".startswith(value.lower()):
+        return ""  # "" or a start of "null": nothing is known yet
+    return (
+        (", " if done else "")
+        + json.dumps(key, ensure_ascii=False)
+        + ": "
+        + json.dumps(value, ensure_ascii=False)[:-1]
+    )
 
 
 def _fits(name: str) -> bool:
