@@ -20,7 +20,7 @@ from mlxhost.worker.engine.tool_formats import (
     ToolFormat,
     arguments_prefix,
 )
-from mlxhost.worker.engine.tool_formats.partial_json import complete_members
+from mlxhost.worker.engine.tool_formats.partial_json import complete_members, open_string
 from mlxhost.worker.engine.tool_formats.schemas import checked_parameters, rebase
 
 __all__ = ["FORMATS", "JsonTools"]
@@ -69,10 +69,17 @@ class JsonTools(ToolFormat):
             name = json.loads(match.group(1))
         except ValueError:
             return []
-        members, complete = complete_members(body[match.end() :])
+        rest = body[match.end() :]
+        members, complete = complete_members(rest)
         if members is None:
             return [PartialCall(name)]
-        return [PartialCall(name, arguments_prefix(members, complete))]
+        text = arguments_prefix(members, complete)
+        # A string member still being written streams as it comes (a file's content, say).
+        if not complete and (member := open_string(rest)) is not None and member[0] not in members:
+            key, value = member
+            text += (", " if members else "") + json.dumps(key, ensure_ascii=False) + ": "
+            text += json.dumps(value, ensure_ascii=False)[:-1]
+        return [PartialCall(name, text)]
 
 
 FORMATS: Final = {"json_tools": JsonTools()}

@@ -8,9 +8,16 @@ finished call's arguments (see `arguments_prefix`).
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, Final
 
-__all__ = ["complete_members", "object_end"]
+__all__ = ["complete_members", "object_end", "open_string"]
+
+# A member still being written whose value is a string: its key, and the string's text so far
+# (closed or not: until a comma or the object's end, the member is not complete).
+_OPEN_STRING: Final = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:\s*"((?:[^"\\]|\\.)*\\?)(?:"\s*)?\Z', re.DOTALL)
+# The backslashes a text ends with, and a \u escape's first hex digits after them.
+_TRAILING_ESCAPE: Final = re.compile(r"(\\+)(u[0-9a-fA-F]{0,3})?\Z")
 
 
 def complete_members(text: str) -> tuple[dict[str, Any] | None, bool]:
@@ -34,6 +41,37 @@ def complete_members(text: str) -> tuple[dict[str, Any] | None, bool]:
     except ValueError:
         return None, False
     return (value, False) if isinstance(value, dict) else (None, False)
+
+
+def open_string(text: str) -> tuple[str, str] | None:
+    """The object `text` starts with, when the member it is writing is a string still open: its
+    key and the string so far (decoded, whole characters only), else None."""
+    start = len(text) - len(text.lstrip())
+    if start >= len(text) or text[start] != "{":
+        return None
+    end, last_comma = _scan(text, start)
+    if end is not None:
+        return None
+    match = _OPEN_STRING.match(text, (last_comma if last_comma is not None else start) + 1)
+    if match is None:
+        return None
+    raw = _whole_escapes(match.group(2))
+    try:
+        key, value = json.loads(match.group(1)), json.loads(f'"{raw}"')
+    except ValueError:
+        return None
+    if value and "\ud800" <= value[-1] <= "\udbff":
+        value = value[:-1]  # half of a surrogate pair: its other half decides the character
+    return key, value
+
+
+def _whole_escapes(raw: str) -> str:
+    """`raw` without an escape it ends inside of (a backslash that begins one, and a \\u's first
+    hex digits): an odd run of backslashes ends with one that opens an escape."""
+    match = _TRAILING_ESCAPE.search(raw)
+    if match is None or len(match.group(1)) % 2 == 0:
+        return raw
+    return raw[: match.end(1) - 1]
 
 
 def object_end(text: str) -> int | None:
