@@ -214,8 +214,9 @@ def test_k2_output_reads_whole_and_streamed_with_the_models_ids() -> None:
     ]
     head = "<|tool_call_begin|>functions.get_weather:4<|tool_call_argument_begin|>"
     assert K2.partial(head[:-3], None) == []  # the name is known with the arguments token
+    # A string argument streams as it is written.
     assert K2.partial(head + '{"city": "K', None) == [
-        PartialCall("get_weather", "{", "functions.get_weather:4")
+        PartialCall("get_weather", '{"city": "K', "functions.get_weather:4")
     ]
 
 

@@ -18,9 +18,8 @@ from mlxhost.worker.engine.tool_formats import (
     PartialCall,
     Tag,
     ToolFormat,
-    arguments_prefix,
 )
-from mlxhost.worker.engine.tool_formats.partial_json import complete_members, open_string
+from mlxhost.worker.engine.tool_formats.partial_json import arguments_so_far
 from mlxhost.worker.engine.tool_formats.schemas import checked_parameters, rebase
 
 __all__ = ["FORMATS", "JsonTools"]
@@ -69,16 +68,9 @@ class JsonTools(ToolFormat):
             name = json.loads(match.group(1))
         except ValueError:
             return []
-        rest = body[match.end() :]
-        members, complete = complete_members(rest)
-        if members is None:
+        text = arguments_so_far(body[match.end() :])
+        if text is None:
             return [PartialCall(name)]
-        text = arguments_prefix(members, complete)
-        # A string member still being written streams as it comes (a file's content, say).
-        if not complete and (member := open_string(rest)) is not None and member[0] not in members:
-            key, value = member
-            text += (", " if members else "") + json.dumps(key, ensure_ascii=False) + ": "
-            text += json.dumps(value, ensure_ascii=False)[:-1]
         return [PartialCall(name, text)]
 
 

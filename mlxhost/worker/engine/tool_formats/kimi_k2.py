@@ -22,10 +22,9 @@ from mlxhost.worker.engine.tool_formats import (
     Tag,
     ToolFormat,
     ToolRefused,
-    arguments_prefix,
     json_rule,
 )
-from mlxhost.worker.engine.tool_formats.partial_json import complete_members
+from mlxhost.worker.engine.tool_formats.partial_json import arguments_so_far
 from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
 from mlxhost.worker.engine.tool_formats.xml_values import Unforceable, guard_json, lark_literal
 
@@ -99,8 +98,7 @@ class KimiK2(ToolFormat):
                 continue
             if (head := _HEAD.match(call)) is None:
                 break
-            members, complete = complete_members(call[head.end() :])
-            text = "" if members is None else arguments_prefix(members, complete)
+            text = arguments_so_far(call[head.end() :]) or ""
             out.append(PartialCall(head.group(2), text, head.group(1)))
             break
         return out

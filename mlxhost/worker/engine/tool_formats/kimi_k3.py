@@ -31,7 +31,7 @@ from mlxhost.worker.engine.tool_formats import (
     json_rule,
 )
 from mlxhost.worker.engine.tool_formats.arg_keys import enum_values, json_type
-from mlxhost.worker.engine.tool_formats.partial_json import complete_members
+from mlxhost.worker.engine.tool_formats.partial_json import arguments_so_far
 from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
 from mlxhost.worker.engine.tool_formats.xml_values import (
     Unforceable,
@@ -204,8 +204,7 @@ class KimiK3(ToolFormat):
         """The arguments' JSON text so far of an open call (`call` from its opening tag, which
         is `opening` long): at least "{", as the parser's arguments are always an object."""
         if (block := _JSON.search(call)) is not None:
-            members, complete = complete_members(call[block.end() :])
-            return "{" if members is None else arguments_prefix(members, complete)
+            return arguments_so_far(call[block.end() :]) or "{"
         end = call.rfind(_ARGUMENT_END)
         read = self._read(call[: end + len(_ARGUMENT_END)] if end >= 0 else call[:opening])
         return "{" if read is None else arguments_prefix(read[1])

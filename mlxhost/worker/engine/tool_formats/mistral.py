@@ -25,7 +25,7 @@ from mlxhost.worker.engine.tool_formats import (
     arguments_prefix,
     json_rule,
 )
-from mlxhost.worker.engine.tool_formats.partial_json import complete_members, object_end
+from mlxhost.worker.engine.tool_formats.partial_json import arguments_so_far, object_end
 from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
 
 __all__ = ["FORMATS", "Mistral"]
@@ -86,10 +86,8 @@ class Mistral(ToolFormat):
                 calls.append(PartialCall(name, arguments_prefix(arguments, complete=True)))
                 pos = header.end() + end
                 continue
-            members, _ = complete_members(rest)
-            calls.append(
-                PartialCall(name) if members is None else PartialCall(name, arguments_prefix(members))
-            )
+            so_far = arguments_so_far(rest)
+            calls.append(PartialCall(name) if so_far is None else PartialCall(name, so_far))
             break
         return calls
 
@@ -105,10 +103,8 @@ def _listed(text: str) -> list[PartialCall]:
             break
         end = object_end(text)
         if end is None:
-            members, _ = complete_members(text[match.end() :])
-            calls.append(
-                PartialCall(name) if members is None else PartialCall(name, arguments_prefix(members))
-            )
+            so_far = arguments_so_far(text[match.end() :])
+            calls.append(PartialCall(name) if so_far is None else PartialCall(name, so_far))
             break
         try:
             call = json.loads(text[:end])

@@ -11,7 +11,9 @@ import json
 import re
 from typing import Any, Final
 
-__all__ = ["complete_members", "object_end", "open_string"]
+from mlxhost.worker.engine.tool_formats import arguments_prefix
+
+__all__ = ["arguments_so_far", "complete_members", "object_end", "open_string"]
 
 # A member still being written whose value is a string: its key, and the string's text so far
 # (closed or not: until a comma or the object's end, the member is not complete).
@@ -41,6 +43,21 @@ def complete_members(text: str) -> tuple[dict[str, Any] | None, bool]:
     except ValueError:
         return None, False
     return (value, False) if isinstance(value, dict) else (None, False)
+
+
+def arguments_so_far(text: str) -> str | None:
+    """What is known of the arguments object `text` starts with, as a prefix of the JSON text the
+    finished call's arguments will have: its complete members, then a string member as far as it
+    got (a file's content streams as the model writes it); None before the object began."""
+    members, complete = complete_members(text)
+    if members is None:
+        return None
+    so_far = arguments_prefix(members, complete)
+    if not complete and (member := open_string(text)) is not None and member[0] not in members:
+        key, value = member
+        so_far += (", " if members else "") + json.dumps(key, ensure_ascii=False) + ": "
+        so_far += json.dumps(value, ensure_ascii=False)[:-1]
+    return so_far
 
 
 def open_string(text: str) -> tuple[str, str] | None:
