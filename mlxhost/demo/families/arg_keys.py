@@ -2,7 +2,7 @@
 syntax, named in tokenizer_config) and LongCat (the same, with its own `longcat_` tags).
 
 The templates are written here from the families' published formats, in the demo's own turns
-(`xml_parameters.chat_template`). A call is `<tool_call>NAME` then, per argument,
+(`template.chat_template`). A call is `<tool_call>NAME` then, per argument,
 `<arg_key>KEY</arg_key>` and `<arg_value>VALUE</arg_value>`, each on a line of its own: a string
 value as it is, any other as JSON. The parsers strip the space around a value, keep a value as a
 string where the tool declares a string, and read any other as JSON (or a Python literal), so an
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from mlxhost.demo.families import Family
-from mlxhost.demo.families.xml_parameters import chat_template
+from mlxhost.demo.families.template import chat_template
 
 __all__ = ["FAMILIES"]
 

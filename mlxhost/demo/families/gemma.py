@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Final
 
 from mlxhost.demo.families import Family
+from mlxhost.demo.families.template import turns
 
 __all__ = ["FAMILIES"]
 
@@ -44,51 +45,6 @@ FUNCTION_GEMMA_TOKENS: Final = (
     "<end_function_call>",
     "<escape>",
 )
-
-
-def _template(*, macros: str, tools: str, reasoning: str, calls: str, closed_think: str) -> str:
-    """The demo's chat template (demo/tokenizer.py) with the family's parts put in: `tools`
-    lists `tools` in the system turn, `reasoning` and `calls` render an assistant `message`'s
-    `reasoning_content` and `tool_calls`, `closed_think` is the generation prompt's empty
-    think block when `enable_thinking` is false."""
-    return (
-        "{% macro text(content) %}"
-        "{% if content is string %}{{ content }}"
-        "{% elif content %}{% for part in content %}"
-        "{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-        "{% endfor %}{% endif %}"
-        "{% endmacro %}"
-        f"{macros}"
-        "{{ bos_token }}"
-        "{% set skip_first = tools and messages and messages[0]['role'] == 'system' %}"
-        "{% if tools %}"
-        "<|system|>\n"
-        "{% if skip_first %}{{ text(messages[0]['content']) }}\n\n{% endif %}"
-        f"{tools}"
-        "<|end|>\n"
-        "{% endif %}"
-        "{% for message in messages %}"
-        "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
-        "{{ raise_exception('Unsupported role: ' + message['role']) }}"
-        "{% endif %}"
-        "{% if not (loop.first and skip_first) %}"
-        "<|{{ message['role'] }}|>\n"
-        "{% if message['role'] == 'assistant' and message['reasoning_content'] %}"
-        f"{reasoning}"
-        "{% endif %}"
-        "{{ text(message['content']) }}"
-        "{% if message['role'] == 'assistant' and message['tool_calls'] %}"
-        f"{calls}"
-        "{% endif %}"
-        "<|end|>\n"
-        "{% endif %}"
-        "{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n"
-        "{% if enable_thinking is defined and enable_thinking is false %}"
-        f"{closed_think}"
-        "{% endif %}"
-        "{% endif %}"
-    )
 
 
 def _value_macro(quote: str) -> str:
@@ -145,7 +101,7 @@ def _calls(start: str, end: str) -> str:
 # conversation without tools renders as the demo's does (thinking is open unless closed).
 # A string holding `<|"|>`, or a key that is not `\w+` (the parser quotes only those), does not
 # read back.
-GEMMA4_TEMPLATE: Final = _template(
+GEMMA4_TEMPLATE: Final = turns(
     macros=_value_macro(GEMMA4_QUOTE),
     tools="You may call these tools:\n" + _declaration("<|tool>", "<tool|>"),
     reasoning="<|channel>thought\n{{ message['reasoning_content'] }}<channel|>",
@@ -157,7 +113,7 @@ GEMMA4_TEMPLATE: Final = _template(
 # only flat pairs: the call ends at the first `}` (so an object, or a string holding `}`, cuts it
 # short) and a bare value ends at the first `,` (so an array of two items splits apart). Strings,
 # numbers, booleans and null read back; arrays and objects do not.
-FUNCTION_GEMMA_TEMPLATE: Final = _template(
+FUNCTION_GEMMA_TEMPLATE: Final = turns(
     macros=_value_macro("<escape>"),
     tools="You may call these functions:\n"
     + _declaration("<start_function_declaration>", "<end_function_declaration>"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Final
 
 from mlxhost.demo.families import Family
+from mlxhost.demo.families.template import turns
 
 __all__ = ["FAMILIES"]
 
@@ -41,51 +42,6 @@ K3_TOKENS: Final = ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>")
 K3_THINK: Final = ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
 
 
-def _template(*, macros: str, tools: str, reasoning: str, calls: str, closed_think: str) -> str:
-    """The demo's chat template (demo/tokenizer.py) with the family's parts put in: `tools`
-    lists `tools` in the system turn, `reasoning` and `calls` render an assistant `message`'s
-    `reasoning_content` and `tool_calls`, `closed_think` is the generation prompt's empty
-    think block when `enable_thinking` is false."""
-    return (
-        "{% macro text(content) %}"
-        "{% if content is string %}{{ content }}"
-        "{% elif content %}{% for part in content %}"
-        "{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-        "{% endfor %}{% endif %}"
-        "{% endmacro %}"
-        f"{macros}"
-        "{{ bos_token }}"
-        "{% set skip_first = tools and messages and messages[0]['role'] == 'system' %}"
-        "{% if tools %}"
-        "<|system|>\n"
-        "{% if skip_first %}{{ text(messages[0]['content']) }}\n\n{% endif %}"
-        f"{tools}"
-        "<|end|>\n"
-        "{% endif %}"
-        "{% for message in messages %}"
-        "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
-        "{{ raise_exception('Unsupported role: ' + message['role']) }}"
-        "{% endif %}"
-        "{% if not (loop.first and skip_first) %}"
-        "<|{{ message['role'] }}|>\n"
-        "{% if message['role'] == 'assistant' and message['reasoning_content'] %}"
-        f"{reasoning}"
-        "{% endif %}"
-        "{{ text(message['content']) }}"
-        "{% if message['role'] == 'assistant' and message['tool_calls'] %}"
-        f"{calls}"
-        "{% endif %}"
-        "<|end|>\n"
-        "{% endif %}"
-        "{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n"
-        "{% if enable_thinking is defined and enable_thinking is false %}"
-        f"{closed_think}"
-        "{% endif %}"
-        "{% endif %}"
-    )
-
-
 # Arguments arrive as a dict (mlxhost parsed them) or as the string a client sent when it is not
 # JSON; a string renders as it came, the one thing there is to show of it.
 _K2_ARGUMENTS: Final = (
@@ -93,7 +49,7 @@ _K2_ARGUMENTS: Final = (
     "{% else %}{{ tool_call.arguments | tojson }}{% endif %}"
 )
 
-KIMI_K2_TEMPLATE: Final = _template(
+KIMI_K2_TEMPLATE: Final = turns(
     # Kimi numbers its calls across the whole conversation, so the counter lives outside the loop.
     macros="{% set calls = namespace(index=0) %}",
     tools="You may call these tools:\n{{ tools | tojson }}",
@@ -124,7 +80,7 @@ _K3_MACROS: Final = (
     "{% endmacro %}"
 )
 
-KIMI_K3_TEMPLATE: Final = _template(
+KIMI_K3_TEMPLATE: Final = turns(
     macros=_K3_MACROS,
     # K3's own declaration layout is not published; each tool is a `declare` element holding its
     # OpenAI definition, in the shape of the XTML calls.

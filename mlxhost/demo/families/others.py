@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Final
 
 from mlxhost.demo.families import Family
+from mlxhost.demo.families.template import turns
 
 __all__ = ["FAMILIES"]
 
@@ -33,52 +34,7 @@ PYTHONIC_TOKENS: Final = (
 )
 
 
-def _template(*, macros: str, tools: str, reasoning: str, calls: str, closed_think: str) -> str:
-    """The demo's chat template (demo/tokenizer.py) with the family's parts put in: `tools`
-    lists `tools` in the system turn, `reasoning` and `calls` render an assistant `message`'s
-    `reasoning_content` and `tool_calls`, `closed_think` is the generation prompt's empty
-    think block when `enable_thinking` is false."""
-    return (
-        "{% macro text(content) %}"
-        "{% if content is string %}{{ content }}"
-        "{% elif content %}{% for part in content %}"
-        "{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-        "{% endfor %}{% endif %}"
-        "{% endmacro %}"
-        f"{macros}"
-        "{{ bos_token }}"
-        "{% set skip_first = tools and messages and messages[0]['role'] == 'system' %}"
-        "{% if tools %}"
-        "<|system|>\n"
-        "{% if skip_first %}{{ text(messages[0]['content']) }}\n\n{% endif %}"
-        f"{tools}"
-        "<|end|>\n"
-        "{% endif %}"
-        "{% for message in messages %}"
-        "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
-        "{{ raise_exception('Unsupported role: ' + message['role']) }}"
-        "{% endif %}"
-        "{% if not (loop.first and skip_first) %}"
-        "<|{{ message['role'] }}|>\n"
-        "{% if message['role'] == 'assistant' and message['reasoning_content'] %}"
-        f"{reasoning}"
-        "{% endif %}"
-        "{{ text(message['content']) }}"
-        "{% if message['role'] == 'assistant' and message['tool_calls'] %}"
-        f"{calls}"
-        "{% endif %}"
-        "<|end|>\n"
-        "{% endif %}"
-        "{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n"
-        "{% if enable_thinking is defined and enable_thinking is false %}"
-        f"{closed_think}"
-        "{% endif %}"
-        "{% endif %}"
-    )
-
-
-MISTRAL_TEMPLATE: Final = _template(
+MISTRAL_TEMPLATE: Final = turns(
     macros="",
     tools="[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]",
     reasoning="",  # no thinking: a turn's reasoning is dropped, as Mistral's own templates do
@@ -107,7 +63,7 @@ _PYTHON_VALUE: Final = (
     "{% endmacro %}"
 )
 
-PYTHONIC_TEMPLATE: Final = _template(
+PYTHONIC_TEMPLATE: Final = turns(
     macros=_PYTHON_VALUE,
     tools="List of tools: <|tool_list_start|>{{ tools | tojson }}<|tool_list_end|>",
     reasoning="<think>\n{{ message['reasoning_content'] }}\n</think>\n\n",

@@ -1,6 +1,5 @@
 """Families whose calls are XML elements with one element per parameter: Qwen3-Coder, MiniMax-M2,
-MiniCPM5 and Muse Spark; and `chat_template`, the demo's turn layout with a family's tool and
-thinking parts slotted in (the GLM-like families in `arg_keys` use it too).
+MiniCPM5 and Muse Spark (their templates are `template.chat_template`s).
 
 Each template is written here from the family's published format; the demo's own turns stay (its
 role tokens, `<|begin|>`, `<|role|>\\n … <|end|>\\n`), only tools, calls, results and thinking are
@@ -12,83 +11,9 @@ from __future__ import annotations
 from typing import Final
 
 from mlxhost.demo.families import Family
+from mlxhost.demo.families.template import chat_template
 
-__all__ = ["FAMILIES", "chat_template"]
-
-# Jinja pieces every family's template shares. The environment transformers renders templates in
-# drops a newline right after a block tag, so newlines that follow one are written as expressions.
-_MACROS: Final = (
-    "{% macro text(content) %}"
-    "{% if content is string %}{{ content }}"
-    "{% elif content %}{% for part in content %}"
-    "{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}"
-    "{% endmacro %}"
-    # An argument's value as the families write it: a string as it is, anything else as JSON.
-    "{% macro value(v) %}{% if v is string %}{{ v }}{% else %}{{ v | tojson }}{% endif %}{% endmacro %}"
-)
-
-
-def chat_template(
-    *,
-    tools: str,
-    call: str,
-    think: tuple[str, str],
-    result: str = "{{ text(message['content']) }}",
-    calls_open: str = "",
-    calls_close: str = "",
-    separator: str = "{{ '\\n' }}",
-) -> str:
-    """The demo's chat template (`mlxhost.demo.tokenizer.CHAT_TEMPLATE`'s shape) with a family's parts.
-
-    Each part is Jinja source. `tools` lists the `tools` variable and says how to call one (after
-    the caller's own system text, in a system turn); `call` writes one of an assistant turn's calls
-    as `call` (the OpenAI `function` object: `call.name`, `call.arguments`, a mapping or, where the
-    client's JSON did not parse, a string); the turn's calls stand between `calls_open` and
-    `calls_close`, `separator` between two; `result` writes a `tool` turn's `message`. Reasoning
-    stands between the `think` markers before the answer, and `enable_thinking=False` closes an
-    empty think block in the generation prompt.
-    """
-    start, end = think
-    return (
-        _MACROS + "{{ bos_token }}"
-        "{% set skip_first = tools and messages and messages[0]['role'] == 'system' %}"
-        "{% if tools %}"
-        "<|system|>\n"
-        "{% if skip_first %}{{ text(messages[0]['content']) }}\n\n{% endif %}"
-        f"{tools}<|end|>\n"
-        "{% endif %}"
-        "{% for message in messages %}"
-        "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
-        "{{ raise_exception('Unsupported role: ' + message['role']) }}"
-        "{% endif %}"
-        "{% if not (loop.first and skip_first) %}"
-        "<|{{ message['role'] }}|>\n"
-        "{% if message['role'] == 'assistant' and message['reasoning_content'] %}"
-        f"{start}\n{{{{ message['reasoning_content'] }}}}\n{end}\n\n"
-        "{% endif %}"
-        "{% if message['role'] == 'tool' %}"
-        f"{result}"
-        "{% else %}{{ text(message['content']) }}{% endif %}"
-        "{% if message['role'] == 'assistant' and message['tool_calls'] %}"
-        "{% if message['content'] %}{{ '\\n' }}{% endif %}"
-        f"{calls_open}"
-        "{% for call in message['tool_calls'] %}"
-        "{% if call.function is defined %}{% set call = call.function %}{% endif %}"
-        f"{{% if not loop.first %}}{separator}{{% endif %}}"
-        f"{call}"
-        "{% endfor %}"
-        f"{calls_close}"
-        "{% endif %}"
-        "<|end|>\n"
-        "{% endif %}"
-        "{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n"
-        "{% if enable_thinking is defined and enable_thinking is false %}"
-        f"{start}\n\n{end}\n\n"
-        "{% endif %}"
-        "{% endif %}"
-    )
+__all__ = ["FAMILIES"]
 
 
 # Each tool's JSON, one a line, between <tools> tags (MiniMax-M2 wraps each in <tool> as well).
