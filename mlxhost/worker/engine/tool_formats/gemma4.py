@@ -11,16 +11,13 @@ then reads the result as JSON.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Final
 
-from mlxhost.worker.engine.grammar import GrammarError, ToolSpec
-from mlxhost.worker.engine.tool_formats import PartialCall, Tag, ToolFormat, ToolRefused, arguments_prefix
-from mlxhost.worker.engine.tool_formats.notation import WORD_KEY, Notation, Unwritable, Values
-from mlxhost.worker.engine.tool_formats.schemas import checked_parameters
+from mlxhost.worker.engine.tool_formats import PartialCall, arguments_prefix
+from mlxhost.worker.engine.tool_formats.gemma_calls import GemmaCalls
+from mlxhost.worker.engine.tool_formats.notation import WORD_KEY, Notation
 
 __all__ = ["FORMATS", "Gemma4"]
 
@@ -31,37 +28,12 @@ _NAME: Final = re.compile(r"[\w-]+")
 _CALL: Final = re.compile(r"call:([\w-]+)\{")
 
 
-class Gemma4(ToolFormat):
+class Gemma4(GemmaCalls):
+    family = "Gemma 4"
+    notation = NOTATION
+    name = _NAME
+    name_rule = r"[\w-]+"
     parser = "gemma4"
-
-    def grammar(self, tools: Sequence[ToolSpec], parallel: bool, tag: Tag, param: str) -> str:
-        """Each call in its own markers, as the template writes them (several when `parallel`)."""
-        if not tools:
-            raise GrammarError("no tools to call", param)
-        # A string holding the end marker's text would end the call there (the output is read
-        # as text): strings never do.
-        notation = replace(NOTATION, excluded=(*NOTATION.excluded, self.call_end))
-        rules: list[str] = []
-        branches = []
-        for i, tool in enumerate(tools):
-            parameters = checked_parameters(tools, i, param)
-            if not _NAME.fullmatch(tool.name):
-                raise ToolRefused(
-                    f"tool '{tool.name}': Gemma 4 calls a tool by a name of [\\w-]+", tools, i, param
-                )
-            values = Values(parameters, notation, tag, f"t{i}")
-            try:
-                members = values.arguments('","')
-            except Unwritable as exc:
-                raise ToolRefused(f"tool '{tool.name}': {exc}", tools, i, param) from None
-            rules += values.rules
-            branches.append(f't{i}: {json.dumps(f"call:{tool.name}{{", ensure_ascii=False)} {members} "}}"')
-        rules += branches
-        alternatives = " | ".join(f"t{i}" for i in range(len(tools)))
-        start = "start: call+" if parallel else "start: call"
-        return "\n".join(
-            [start, f"call: {tag(self.call_start)} ({alternatives}) {tag(self.call_end)}", *rules]
-        )
 
     def partial(self, body: str, tools: Sequence[Mapping[str, Any]] | None) -> list[PartialCall]:
         # Member by member: the members whose value ended (a top-level "," came after it) are
