@@ -168,3 +168,21 @@ def test_a_forced_output_cut_inside_its_start_marker_is_no_text() -> None:
         out = parser.feed("<funct")
         out.add(parser.finish())
         assert out.content == expected
+
+
+def test_a_model_id_repeated_in_one_output_goes_out_once() -> None:
+    """Kimi K2 numbers its calls across the conversation and may repeat an index: each call of
+    one output has its own id, the model's own where it is new, streamed or whole."""
+    from mlx_lm.tool_parsers import kimi_k2
+
+    markers = Markers(None, None, kimi_k2.tool_call_start, kimi_k2.tool_call_end)
+    call = "<|tool_call_begin|>functions.weather:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
+    text = f"<|tool_calls_section_begin|>{call}{call}<|tool_calls_section_end|>"
+    for fmt in (tool_format("kimi_k2"), None):
+        for step in (3, 1000):
+            parser = OutputParser(markers, kimi_k2.parse_tool_call, None, fmt=fmt)
+            whole = joined(
+                [parser.feed(text[i : i + step]) for i in range(0, len(text), step)] + [parser.finish()]
+            )
+            ids = [c.id for c in whole.tool_calls]
+            assert len(ids) == 2 and ids[0] == "functions.weather:0" and ids[1] != ids[0], ids

@@ -95,6 +95,7 @@ class OutputParser:
         self.calls_made = 0
         self.calls_begun = 0  # every call announced or made: the next call's index
         self.calls_cut = 0  # calls the text ended inside of
+        self._ids: set[str] = set()  # the ids its calls went out with
 
     def feed(self, text: str) -> Output:
         out = Output()
@@ -156,7 +157,7 @@ class OutputParser:
             if not isinstance(arguments, dict):
                 break
             assert partial.name is not None
-            finished.append(ToolCall(partial.id or new_call_id(), partial.name, partial.arguments))
+            finished.append(ToolCall(partial.id or "", partial.name, partial.arguments))
         return finished
 
     def _end_finished(self, out: Output, i: int, call: ToolCall) -> None:
@@ -168,6 +169,7 @@ class OutputParser:
             return
         index = self.calls_begun
         self.calls_begun += 1
+        call = ToolCall(self._unique(call.id), call.name, call.arguments)
         out.call_part(CallBegun(index, call.id, call.name))
         out.call_part(CallArguments(index, call.arguments))
         out.call_part(CallEnded(index, call))
@@ -216,7 +218,7 @@ class OutputParser:
             if i == len(self._begun):
                 if partial.name is None:
                     break
-                begun = _Begun(self.calls_begun, partial.id or new_call_id(), partial.name)
+                begun = _Begun(self.calls_begun, self._unique(partial.id), partial.name)
                 self.calls_begun += 1
                 self._begun.append(begun)
                 out.call_part(CallBegun(begun.index, begun.id, begun.name))
@@ -256,6 +258,7 @@ class OutputParser:
                 call = ToolCall(begun.id, call.name, call.arguments)
                 rest = call.arguments[len(begun.sent) :] if call.arguments.startswith(begun.sent) else ""
             else:
+                call = ToolCall(self._unique(call.id), call.name, call.arguments)
                 begun = _Begun(self.calls_begun, call.id, call.name)
                 self.calls_begun += 1
                 out.call_part(CallBegun(begun.index, call.id, call.name))
@@ -267,6 +270,14 @@ class OutputParser:
             out.call_part(CallEnded(begun.index, None))
         self.calls_made += len(calls)
         return True
+
+    def _unique(self, model_id: str | None) -> str:
+        """The id a call goes out with: the model's own where its family writes one (Kimi's
+        `functions.NAME:i`), unless this output already used it (the model numbers calls across
+        the conversation, and may repeat), else a fresh one."""
+        call_id = model_id if model_id and model_id not in self._ids else new_call_id()
+        self._ids.add(call_id)
+        return call_id
 
     def _end_call(self) -> None:
         self._call = ""
