@@ -141,7 +141,8 @@ async def test_a_streamed_call_is_the_whole_call_in_every_dialect(models: dict[s
         assert whole is not None and len(pieces) == len(whole) == 1
         head, *rest = pieces[0]
         assert head.id and head.function.name == tools.rich and head.function.arguments == ""
-        assert len(rest) >= 2  # the arguments came in pieces, as they were written
+        # How many pieces the frames hold is timing (a busy loop merges tokens); that arguments go out
+        # as written is shown exactly by test_output_streaming and each format's tests.
         assert "".join(d.function.arguments for d in rest) == whole[0].function.arguments
         assert valid(tools.rich, whole[0].function.arguments)
 

@@ -81,8 +81,8 @@ def test_a_streamed_tool_call(client: openai.OpenAI) -> None:
     strictly(*events)
     kinds = [event.type for event in events]
     deltas = [e for e in events if e.type == "response.function_call_arguments.delta"]
-    # The arguments stream as the model writes them: a piece per argument at the least.
-    assert len(deltas) >= 2
+    # The arguments stream as the model writes them; how many pieces the frames hold is timing.
+    assert deltas
     assert [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]] == [
         "response.created",
         "response.in_progress",
