@@ -28,6 +28,8 @@ from bench.hub import HUB_EVENTS, hub_throughput
 from bench.jobs import measure_jobs, print_jobs
 from bench.lagging import events_summary
 from bench.overload import OVERLOAD_TOKENS_FACTOR, overload_summary
+from bench.peers import measure_peers
+from bench.peers_figures import PeersDocument, print_peers
 from bench.plan import Plan, parse_args
 from bench.raw import RawMLX, choose_prompt
 from bench.recovery import measure_recovery, print_recovery, recovery_summary, worker_import_s
@@ -143,7 +145,13 @@ def _jobs_only(plan: Plan, info: Info, prompt: str) -> int:
 
 def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
     """--agent-only, --closed-loop-only, --recovery-only, --group-only or --constrained-only: that part
-    alone, and its report."""
+    alone, and its report; --peers too (`bench.peers`)."""
+    if plan.only == "peers":
+        peers = anyio.run(measure_peers, plan, raw)
+        print_header(plan, info)
+        print_peers(peers)
+        _write(plan, PeersDocument(info.machine, info.versions, info.model, part_settings(plan), peers))
+        return 0
     part: Part
     if plan.only == "agent":
         part = agent = anyio.run(measure_agent, plan, raw)

@@ -26,8 +26,8 @@ QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
 DEFAULT_SIZE = "tiny"
 AGENT_SIZE = "bench"  # the agent scenario's default model: prefill costs what it costs on a real one
 # The parts a run can measure alone: --jobs-only, --agent-only, --closed-loop-only, --recovery-only,
-# --group-only, --constrained-only.
-ONLY = ("jobs", "agent", "closed_loop", "recovery", "group", "constrained")
+# --group-only, --constrained-only, --peers.
+ONLY = ("jobs", "agent", "closed_loop", "recovery", "group", "constrained", "peers")
 # TTFT: single-stream requests after the throughput runs, the paths taking turns (bench.ttft).
 TTFT_REQUESTS = {"full": 20, "quick": 10}
 # mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
@@ -54,6 +54,7 @@ class Plan:
     closed_loop_tokens: int = CLOSED_LOOP_TOKENS
     smoke: bool = False  # every part once, as short as it goes: for the test that the bench runs
     family: str = demo.DEFAULT_FAMILY  # the demo model's variant (--family); "custom" for --model
+    install_vllm_mlx: bool = False  # --peers: install vllm-mlx into its venv if it is not there
 
     def rounds(self, minimum: int) -> int:
         """Rounds of a part that alternates two arms: enough for medians (`minimum`), or one with
@@ -192,6 +193,22 @@ def parser() -> argparse.ArgumentParser:
         help="measure only constrained decoding: free and mixed runs of 8 streams on an isolated "
         "server, and grammar compiles (bench.constrained)",
     )
+    # --peers (bench.peers): mlxhost against vllm-mlx and mlx_lm.server, paired rounds.
+    only.add_argument(
+        "--peers",
+        action="store_const",
+        const="peers",
+        dest="only",
+        help="measure only mlxhost against its peers, vllm-mlx and mlx_lm.server: aggregate tok/s at "
+        "each concurrency in 5 alternating rounds, distinct prompts, every reply max_tokens long "
+        "(bench.peers)",
+    )
+    parser.add_argument(
+        "--install-vllm-mlx",
+        action="store_true",
+        help="with --peers: install vllm-mlx into a venv of its own under ~/.cache/mlxhost-bench if it "
+        "is not there (about 7 GB; without it a missing vllm-mlx is skipped)",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure and ratio to this file")
     parser.add_argument(
         "--chart",
@@ -245,4 +262,5 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
         ttft_requests, args.mlx_lm_server_backlog, args.quick, args.only,
         CLOSED_LOOP_TOKENS if args.max_tokens is None else max_tokens, args.smoke, family,
+        args.install_vllm_mlx,
     )  # fmt: skip
