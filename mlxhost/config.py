@@ -22,12 +22,21 @@ from mlxhost.config_values import (
     positive_number,
     text,
 )
-from mlxhost.model_spec import ModelSpec, alias_list, model_list, model_name
+from mlxhost.model_spec import (
+    ModelSpec,
+    alias_list,
+    kv_bits_value,
+    kv_group_size_value,
+    model_list,
+    model_name,
+)
 
-__all__ = ["DEMOS", "ConfigError", "Settings", "binds"]
+__all__ = ["DEMOS", "KV_LAYOUTS", "ConfigError", "Settings", "binds"]
 
 # The built-in demo models `serve` may build when no model is given (sizes in mlxhost.demo).
 DEMOS = ("tiny", "agent")
+# How the generation batch keeps its rows' KV (the engine's `kv_layout`).
+KV_LAYOUTS = ("per_row", "padded")
 
 
 class ConfigError(Exception):
@@ -50,10 +59,17 @@ def _log_level(value: object) -> str:
     return value.lower()
 
 
+def _kv_layout(value: object) -> str:
+    if not isinstance(value, str) or value.lower() not in KV_LAYOUTS:
+        raise ValueError
+    return value.lower()
+
+
+_kv_layout.__doc__ = f"one of {', '.join(KV_LAYOUTS)}"
+
+
 def _option(default: Any, parse: Callable[[object], Any], help: str, repeat: bool = False) -> Any:
-    return dataclasses.field(
-        default=default, metadata={"parse": parse, "help": help, "repeat": repeat}
-    )
+    return dataclasses.field(default=default, metadata={"parse": parse, "help": help, "repeat": repeat})
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,24 @@ class Settings:
     max_batch: int = _option(32, integer(1, 1024), "sequences decoded together in one step")
     prefill_batch: int = _option(8, integer(1, 1024), "prompts prefilled together")
     prefill_step: int = _option(2048, integer(16), "prompt tokens per prefill chunk")
+    kv_layout: str = _option(
+        "per_row",
+        _kv_layout,
+        "how the generation batch keeps each row's KV: per_row, each row its own cache and attention "
+        "over its own length; padded, mlx-lm's BatchKVCache, every row padded to the longest",
+    )
+    kv_bits: int = _option(
+        0,
+        kv_bits_value,
+        "KV quantized to this many bits, per row (0: off, or 4 or 8; the per_row layout only)",
+    )
+    kv_group_size: int = _option(64, kv_group_size_value, "values per KV quantization group: 32, 64 or 128")
+    prefill_chunk_ms: float = _option(
+        50.0,
+        positive_number,
+        "while streams decode, a joining prompt is prefilled in chunks of about this many "
+        "milliseconds between decode steps: the longest a running stream waits for it",
+    )
     prompt_cache_size: int = _option(
         10, integer(0), "finished generations whose KV cache is kept for prompts that share a prefix (0: off)"
     )

@@ -8,6 +8,7 @@ matched against; each name is checked here so that none is taken twice or hidden
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,16 +16,24 @@ from mlxhost.config_values import InvalidValue, integer, names, non_negative_num
 from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec
 
 __all__ = [
+    "KV_BITS",
+    "KV_GROUP_SIZES",
     "ModelSpec",
     "alias_list",
     "check_names",
     "is_pattern",
+    "kv_bits_value",
+    "kv_group_size_value",
     "model_list",
     "model_name",
 ]
 
 # A model's aliases may be patterns: '*' matches any run of characters, '?' any one.
 WILDCARDS = "*?"
+# The KV quantizations the engine's per-row batch takes (mlx's quantize): bits per value, 0 for
+# none (the model's own precision), in groups of this many values.
+KV_BITS = (0, 4, 8)
+KV_GROUP_SIZES = (32, 64, 128)
 
 
 def is_pattern(name: str) -> bool:
@@ -48,6 +57,8 @@ class ModelSpec:
     max_active: int | None = None  # sessions running at once; None: the host's max_active
     max_queued: int | None = None  # sessions waiting; None: the host's max_queued
     max_tokens_limit: int | None = None  # largest max_tokens; None: the host's max_tokens_limit
+    kv_bits: int | None = None  # its KV quantized to 4 or 8 bits, 0 not; None: the host's kv_bits
+    kv_group_size: int | None = None  # values per quantization group; None: the host's kv_group_size
     adapter: str | None = None  # a LoRA adapter directory (mlx-lm's), loaded over the model
     group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.ranks); None: one worker
 
@@ -73,6 +84,22 @@ def model_name(value: object) -> str | None:
             "an exact model name: a model's id cannot hold * or ? (patterns go in its aliases)"
         )
     return name
+
+
+def kv_bits_value(value: object) -> int:
+    """0 (off), 4 or 8"""
+    bits = integer(0)(value)
+    if bits not in KV_BITS:
+        raise ValueError
+    return bits
+
+
+def kv_group_size_value(value: object) -> int:
+    """32, 64 or 128"""
+    size = integer(1)(value)
+    if size not in KV_GROUP_SIZES:
+        raise ValueError
+    return size
 
 
 def alias_list(value: object) -> tuple[str, ...]:
@@ -103,8 +130,20 @@ def _alias_problem(alias: str) -> str | None:
 
 _MODEL_KEYS = {
     "id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued",
-    "max_tokens_limit", "adapter", "ranks", "backend", "hosts", "hostfile", "sharding",
+    "max_tokens_limit", "kv_bits", "kv_group_size", "adapter", "ranks", "backend", "hosts", "hostfile",
+    "sharding",
 }  # fmt: skip
+
+# A [[model]]'s own values over the host's settings of the same name: each key's check.
+_OWN_VALUES: dict[str, Callable[[object], object]] = {
+    "idle_ttl": non_negative_number,
+    "max_batch": integer(1, 1024),
+    "max_active": integer(1),
+    "max_queued": integer(0),
+    "max_tokens_limit": integer(1),
+    "kv_bits": kv_bits_value,
+    "kv_group_size": kv_group_size_value,
+}
 
 
 def model_list(value: object) -> tuple[ModelSpec, ...]:
@@ -187,11 +226,7 @@ def _model_spec(item: object) -> ModelSpec:
     preload = item.get("preload")
     if preload is not None and not isinstance(preload, bool):
         raise InvalidValue("'preload' must be true or false")
-    idle_ttl = item.get("idle_ttl")
-    max_batch = item.get("max_batch")
-    max_active = item.get("max_active")
-    max_queued = item.get("max_queued")
-    max_tokens_limit = item.get("max_tokens_limit")
+    own = {name: _own_value(model_id, name, item[name]) for name in _OWN_VALUES if item.get(name) is not None}
     adapter = item.get("adapter")
     if adapter is not None and (not isinstance(adapter, str) or not adapter):
         raise InvalidValue("'adapter' must be an adapter directory")
@@ -201,16 +236,13 @@ def _model_spec(item: object) -> ModelSpec:
         raise InvalidValue(f"model '{model_id}': {exc}") from None
     if group is not None and adapter is not None:
         raise InvalidValue(f"model '{model_id}': 'adapter' is not served by a group of ranks yet")
-    return ModelSpec(
-        model_id,
-        location,
-        tuple(aliases),
-        preload,
-        None if idle_ttl is None else non_negative_number(idle_ttl),
-        None if max_batch is None else integer(1, 1024)(max_batch),
-        None if max_active is None else integer(1)(max_active),
-        None if max_queued is None else integer(0)(max_queued),
-        None if max_tokens_limit is None else integer(1)(max_tokens_limit),
-        adapter,
-        group,
-    )
+    return ModelSpec(model_id, location, tuple(aliases), preload, adapter=adapter, group=group, **own)
+
+
+def _own_value(model_id: str, name: str, raw: object) -> object:
+    """A [[model]]'s own `name`, checked; an error names the model, the key and what is valid."""
+    parse = _OWN_VALUES[name]
+    try:
+        return parse(raw)
+    except (ValueError, TypeError):
+        raise InvalidValue(f"model '{model_id}': '{name}' must be {parse.__doc__}, not {raw!r}") from None

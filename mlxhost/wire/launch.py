@@ -71,11 +71,11 @@ class BadLaunchRecord(Exception):
 class WorkerOptions:
     """The settings a worker reads, by their `Settings` names: exactly those, and no others.
 
-    The parent fills every one from its own settings (a model's own `max_batch` and
-    `max_tokens_limit` over the host's); None is the setting's default, for a record written by
-    hand (tests). `tests/unit/test_launch.py` fails when worker code reads a setting this record
-    does not carry: such a setting would silently keep its default in every worker. Not carried:
-    what only a worker that is its own host (`--in-process`) reads, its front door's settings.
+    The parent fills every one from its own settings (a model's own `max_batch`, `max_tokens_limit`,
+    `kv_bits` and `kv_group_size` over the host's); None is the setting's default, for a record
+    written by hand (tests). `tests/unit/test_launch.py` fails when worker code reads a setting this
+    record does not carry: such a setting would silently keep its default in every worker. Not
+    carried: what only a worker that is its own host (`--in-process`) reads, its front door's settings.
     """
 
     max_body_bytes: int | None = None
@@ -85,6 +85,10 @@ class WorkerOptions:
     max_batch: int | None = None
     prefill_batch: int | None = None
     prefill_step: int | None = None
+    kv_layout: str | None = None
+    kv_bits: int | None = None
+    kv_group_size: int | None = None
+    prefill_chunk_ms: float | None = None
     prompt_cache_size: int | None = None
     prompt_cache_mb: int | None = None
     prompt_cache_disk_mb: int | None = None
@@ -146,8 +150,12 @@ class LaunchRecord:
         for name in ("worker_id", "socket", "model_path", "model_id"):
             if not isinstance(getattr(record, name), str) or not getattr(record, name):
                 raise BadLaunchRecord(f"malformed launch record: '{name}' must be a non-empty string")
-        if record.adapter_path is not None and (not isinstance(record.adapter_path, str) or not record.adapter_path):
-            raise BadLaunchRecord("malformed launch record: 'adapter_path' must be a non-empty string or null")
+        if record.adapter_path is not None and (
+            not isinstance(record.adapter_path, str) or not record.adapter_path
+        ):
+            raise BadLaunchRecord(
+                "malformed launch record: 'adapter_path' must be a non-empty string or null"
+            )
         if record.sharding not in (None, "tensor", "pipeline"):
             raise BadLaunchRecord("malformed launch record: 'sharding' must be tensor, pipeline or null")
         return record

@@ -45,6 +45,10 @@ def engine_options(
         settings.max_batch,
         settings.prefill_batch,
         settings.prefill_step,
+        kv_layout=settings.kv_layout,
+        kv_bits=settings.kv_bits or None,  # 0: not quantized
+        kv_group_size=settings.kv_group_size,
+        prefill_chunk_seconds=settings.prefill_chunk_ms / 1000,
         prompt_cache_entries=settings.prompt_cache_size,
         prompt_cache_bytes=settings.prompt_cache_mb << 20,
         prompt_cache_disk_bytes=settings.prompt_cache_disk_mb << 20,
@@ -83,9 +87,7 @@ async def serve_model(
             serve_in(tg, listener, app, stop)
 
 
-async def _drain_on_shutdown(
-    service: Serving, grace: float, shutdown: Shutdown, stop: anyio.Event
-) -> None:
+async def _drain_on_shutdown(service: Serving, grace: float, shutdown: Shutdown, stop: anyio.Event) -> None:
     await shutdown.requested.wait()
     logger.info(
         "%s: refusing new requests, letting running ones finish for up to %gs", shutdown.reason, grace

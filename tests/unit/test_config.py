@@ -6,6 +6,7 @@ import pytest
 
 from mlxhost.config import ConfigError, Settings
 from mlxhost.config_sources import load_settings
+from mlxhost.model_spec import ModelSpec
 
 
 def test_defaults_are_safe() -> None:
@@ -41,6 +42,10 @@ def test_env_can_name_the_config_file(tmp_path: Path) -> None:
         ('demo = "huge"\n', "invalid value for option 'demo'.*'huge'; expected one of tiny, agent"),
         ('model_aliases = ["gpt-[45]*"]\n', r"option 'model_aliases'.*only wildcards are \* and \?"),
         ("port = \n", "not valid TOML"),
+        ('kv_layout = "paged"\n', "option 'kv_layout'.*'paged'; expected one of per_row, padded"),
+        ("kv_bits = 6\n", r"option 'kv_bits'.*6; expected 0 \(off\), 4 or 8"),
+        ("kv_group_size = 48\n", "option 'kv_group_size'.*48; expected 32, 64 or 128"),
+        ("prefill_chunk_ms = 0\n", "option 'prefill_chunk_ms'.*0; expected a number > 0"),
     ],
 )
 def test_bad_file_values_are_named(tmp_path: Path, text: str, message: str) -> None:
@@ -53,3 +58,47 @@ def test_bad_file_values_are_named(tmp_path: Path, text: str, message: str) -> N
 def test_the_shipped_config_file_matches_the_defaults() -> None:
     shipped = Path(__file__).resolve().parents[2] / "config" / "mlxhost.toml"
     assert load_settings(env={}, config_file=shipped) == Settings()
+
+
+def test_the_kv_settings_come_from_file_and_environment(tmp_path: Path) -> None:
+    file = tmp_path / "kv.toml"
+    file.write_text('kv_layout = "padded"\nkv_group_size = 32\nprefill_chunk_ms = 20\n')
+    settings = load_settings(env={"MLXHOST_KV_BITS": "8"}, config_file=file)
+    assert (settings.kv_layout, settings.kv_bits, settings.kv_group_size) == ("padded", 8, 32)
+    assert settings.prefill_chunk_ms == 20.0
+    assert (Settings().kv_layout, Settings().kv_bits, Settings().prefill_chunk_ms) == ("per_row", 0, 50.0)
+
+
+def models(text: str, tmp_path: Path) -> tuple[ModelSpec, ...]:
+    file = tmp_path / "models.toml"
+    file.write_text(text)
+    return load_settings(env={}, config_file=file).model
+
+
+def test_a_model_table_has_its_own_kv_quantization_or_the_host_s(tmp_path: Path) -> None:
+    own, plain, off = models(
+        '[[model]]\nid = "a"\npath = "/a"\nkv_bits = 4\nkv_group_size = 128\n\n'
+        '[[model]]\nid = "b"\npath = "/b"\n\n'
+        '[[model]]\nid = "c"\npath = "/c"\nkv_bits = 0\nmax_batch = 8\n',
+        tmp_path,
+    )
+    assert (own.kv_bits, own.kv_group_size) == (4, 128)
+    assert (plain.kv_bits, plain.kv_group_size, plain.max_batch) == (None, None, None)  # the host's
+    assert (off.kv_bits, off.max_batch) == (0, 8)  # 0: off for this model, whatever the host's
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("kv_bits = 3", r"model 'big': 'kv_bits' must be 0 \(off\), 4 or 8, not 3"),
+        ('kv_bits = "8bit"', r"model 'big': 'kv_bits' must be 0 \(off\), 4 or 8, not '8bit'"),
+        ("kv_group_size = 16", "model 'big': 'kv_group_size' must be 32, 64 or 128, not 16"),
+        ("kv_group_size = true", "model 'big': 'kv_group_size' must be 32, 64 or 128, not True"),
+        ("max_batch = 0", "model 'big': 'max_batch' must be an integer >= 1 and <= 1024, not 0"),
+        ("idle_ttl = -1", "model 'big': 'idle_ttl' must be a number >= 0, not -1"),
+    ],
+)
+def test_a_model_s_bad_value_names_the_model_and_the_key(tmp_path: Path, key: str, message: str) -> None:
+    where = r"invalid value for option 'model' \(from .*models.toml\).*"
+    with pytest.raises(ConfigError, match=where + message):
+        models(f'[[model]]\nid = "big"\npath = "/b"\n{key}\n', tmp_path)

@@ -116,8 +116,10 @@ def test_the_ready_line_and_events_read_back_equal() -> None:
         WORKER_READY + json.dumps({"pid": 1}),  # fields missing
         WORKER_EVENT + json.dumps({"type": "worker.gpu", "bytes": 1}),  # a kind this host does not know
         WORKER_EVENT + json.dumps({"active_bytes": 1, "cache_bytes": 2, "peak_bytes": 3, "rss_bytes": 4}),
-        WORKER_EVENT + json.dumps({"type": "session.progress", "session": "s", "tokens": 1, "tokens_per_s": 1,
-                                   "colour": "red"}),  # a field this host does not know
+        WORKER_EVENT
+        + json.dumps(
+            {"type": "session.progress", "session": "s", "tokens": 1, "tokens_per_s": 1, "colour": "red"}
+        ),  # a field this host does not know
         " " + WORKER_READY + json.dumps({"pid": 1}),
     ],
 )
@@ -138,7 +140,15 @@ def test_the_worker_command_is_this_python_unless_configured() -> None:
 
 def test_the_launch_record_carries_the_serving_options_with_the_model_s_own_limits() -> None:
     settings = Settings(
-        max_batch=16, max_tokens_limit=4096, stream_interval=0.05, keepalive_seconds=3.0, state_dir="/var/mh"
+        max_batch=16,
+        max_tokens_limit=4096,
+        stream_interval=0.05,
+        keepalive_seconds=3.0,
+        state_dir="/var/mh",
+        kv_layout="padded",
+        kv_bits=8,
+        kv_group_size=32,
+        prefill_chunk_ms=20.0,
     )
     plain = launch_record(ModelSpec("chat", "/models/a"), Path("/models/a"), settings, Path("/run/w.sock"))
     assert plain == LaunchRecord(
@@ -153,17 +163,40 @@ def test_the_launch_record_carries_the_serving_options_with_the_model_s_own_limi
         ),
     )
     assert plain.options.max_batch == 16 and plain.options.stream_interval == 0.05
+    assert (plain.options.kv_layout, plain.options.kv_bits, plain.options.kv_group_size) == ("padded", 8, 32)
+    assert plain.options.prefill_chunk_ms == 20.0
     # Every option the worker reads comes from the operator's settings (body_timeout was left out).
     assert plain.options.body_timeout == settings.body_timeout
-    own = ModelSpec("big", "org/big", max_batch=2, max_tokens_limit=128)
+    own = ModelSpec("big", "org/big", max_batch=2, max_tokens_limit=128, kv_bits=4, kv_group_size=128)
     record = launch_record(own, Path("/cache/big"), settings, Path("/run/b.sock"))
     assert record.model_path == "/cache/big" and record.model_id == "big"
     assert record.options.max_batch == 2 and record.options.max_tokens_limit == 128
+    assert record.options.kv_bits == 4 and record.options.kv_group_size == 128
+    assert record.options.kv_layout == "padded"  # the host's: a model has no kv_layout of its own
+    # A model's 0 is its own value too: its KV is not quantized, whatever the host's kv_bits.
+    off = launch_record(ModelSpec("small", "/s", kv_bits=0), Path("/s"), settings, Path("/run/s.sock"))
+    assert off.options.kv_bits == 0 and off.options.kv_group_size == 32
     assert record.options.keepalive_seconds == 3.0
     # What the parent writes, the worker reads back whole, and every option names a setting.
     assert LaunchRecord.decode(record.encode()) == record
     assert set(WORKER_OPTIONS) <= {f.name for f in dataclasses.fields(Settings)}
     assert settings_from_options(record.options.given()).body_timeout == settings.body_timeout
+
+
+@pytest.mark.parametrize(("bits", "engine_bits"), [(0, None), (4, 4), (8, 8)])
+def test_the_worker_s_engine_takes_the_kv_options_its_launch_record_carries(
+    bits: int, engine_bits: int | None
+) -> None:
+    from mlxhost.worker.serve import engine_options  # the worker's side: it imports MLX
+
+    settings = Settings(kv_layout="per_row", kv_bits=8, kv_group_size=64, prefill_chunk_ms=50.0)
+    spec = ModelSpec("m", "/m", kv_bits=bits, kv_group_size=32)
+    record = LaunchRecord.decode(launch_record(spec, Path("/m"), settings, Path("/run/m.sock")).encode())
+    options = engine_options(settings_from_options(record.options.given()), sharding=record.sharding)
+    assert options.kv_layout == "per_row" and options.kv_bits == engine_bits  # 0: not quantized
+    assert options.kv_group_size == 32 and options.prefill_chunk_seconds == pytest.approx(0.05)
+    padded = engine_options(Settings(kv_layout="padded", prefill_chunk_ms=200.0))
+    assert padded.kv_layout == "padded" and padded.kv_bits is None and padded.prefill_chunk_seconds == 0.2
 
 
 def test_a_launch_record_with_an_option_the_worker_does_not_take_is_refused() -> None:
@@ -208,7 +241,10 @@ def test_a_ready_line_that_answers_the_launch_record_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("line", "why"),
     [
-        (ready(version=PROTOCOL_VERSION + 1), f"protocol version {PROTOCOL_VERSION + 1}, this host {PROTOCOL_VERSION}"),
+        (
+            ready(version=PROTOCOL_VERSION + 1),
+            f"protocol version {PROTOCOL_VERSION + 1}, this host {PROTOCOL_VERSION}",
+        ),
         (ready(version=str(PROTOCOL_VERSION)), "protocol version '1', this host 1"),  # the string "1", quoted
         (ready(version=True), "protocol version True"),  # a bool is not the int 1
         (ready(socket="/run/other.sock"), "names the socket '/run/other.sock', not its own '/run/w.sock'"),
@@ -248,7 +284,9 @@ def anyio_backend() -> str:
 @pytest.mark.anyio
 async def test_output_is_read_line_by_line_however_it_arrives() -> None:
     ready_line = ready().encode().encode()
-    assert await read_lines(b"log one\r\nlog ", b"two\n" + ready_line[:10], ready_line[10:] + b"\n", b"tail") == [
+    assert await read_lines(
+        b"log one\r\nlog ", b"two\n" + ready_line[:10], ready_line[10:] + b"\n", b"tail"
+    ) == [
         "log one",
         "log two",
         ready().encode(),
