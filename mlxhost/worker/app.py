@@ -110,6 +110,7 @@ async def health(request: Request) -> Response:
             "context_length": engine.context_length,
             "load_seconds": round(engine.load_seconds, 3),
             "engine": asdict(engine.statistics()),
+            "batch": engine.kv_layout.describe(),  # per-row KV, or padded and why
             "prompt_cache": asdict(engine.prompt_cache_statistics()),
             "memory": {**engine.memory(), "rss_bytes": psutil.Process().memory_info().rss},
         },

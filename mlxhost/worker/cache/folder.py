@@ -39,8 +39,9 @@ SIGNATURE_FILE = ".signature.json"
 MODEL_FILE = ".model.json"  # which model (and adapter) the folder's caches are of
 
 
-def model_fingerprint(model_path: Path, adapter_path: Path | None = None) -> str:
-    """A digest of our format and every file of the model (and adapter) directory."""
+def model_fingerprint(model_path: Path, adapter_path: Path | None = None, variant: str = "") -> str:
+    """A digest of our format and every file of the model (and adapter) directory; `variant`
+    sets apart caches of another form from the same files (quantized KV)."""
     files: list[list[Any]] = []
     for root in (model_path, adapter_path):
         if root is None:
@@ -51,7 +52,8 @@ def model_fingerprint(model_path: Path, adapter_path: Path | None = None) -> str
             info = path.stat()
             listed.append([str(path.relative_to(root)), info.st_size, info.st_mtime_ns])
         files.append(listed)
-    return hashlib.sha256(json.dumps([FORMAT, files]).encode()).hexdigest()
+    described = [FORMAT, files, variant] if variant else [FORMAT, files]
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()
 
 
 def store_folder(state_dir: Path, model_path: Path, fingerprint: str) -> Path:

@@ -2,9 +2,10 @@
 
 A chat's next turn repeats the whole conversation so far; an agent sends the same long system
 prompt with every call. When a generation ends, its KV cache (prompt and reply) is kept, keyed by
-its tokens; a later prompt that shares a prefix with one starts from a copy of it and prefills only
-the rest. mlx-lm's `LRUPromptCache` (the one mlx_lm.server uses) does the keeping: a token trie,
-least recently used first out, bounded by entries and bytes.
+its tokens; a later prompt that shares a prefix with one starts from it (a copy that shares
+its memory, cache/sharing.py) and prefills only the rest. mlx-lm's `LRUPromptCache` (the one
+mlx_lm.server uses) does the keeping: a token trie, least recently used first out, bounded by
+entries and bytes.
 
 Entries are kept apart by namespace (the caller's scope and its `cache_salt`): a request starts
 only from entries of its own namespace, so `cached_tokens` never tells one caller anything about
@@ -37,6 +38,7 @@ from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prom
 from mlxhost.worker.cache.disk import PromptStore, StoreStatistics
 from mlxhost.worker.cache.disk_index import path_keys
 from mlxhost.worker.cache.files import NonFinite, cache_arrays, check_finite
+from mlxhost.worker.cache.sharing import shared_copy
 
 __all__ = ["Namespace", "PromptCache", "PromptCacheStatistics"]
 
@@ -100,7 +102,7 @@ class PromptCache:
         if not self.enabled:
             return None, prompt
         self._lookups += 1
-        cache, rest = self._lru.fetch_nearest_cache(namespace, prompt)
+        cache, rest = self._nearest(prompt, namespace)
         if cache is None:
             return None, prompt
         if not rest:  # an exact hit: step back one token to compute from
@@ -111,6 +113,25 @@ class PromptCache:
         self._hits += 1
         self._cached_tokens += len(prompt) - len(rest)
         return cache, list(rest)
+
+    def _nearest(self, prompt: list[int], namespace: Namespace) -> tuple[list[Any] | None, list[int]]:
+        # LRUPromptCache.fetch_nearest_cache's choice of entry, with `shared_copy` for its
+        # `copy.deepcopy`: a hit hands the row the entry's memory, not a copy of every byte.
+        trie = self._lru._trie
+        found = trie.search(namespace, prompt)
+        if found.exact is not None:
+            return shared_copy(trie.get(namespace, found.exact).prompt_cache), []
+        shorter = len(found.shorter) if found.shorter is not None else 0
+        if found.longer is not None and found.common_prefix > shorter:
+            entry = trie.get(namespace, found.longer).prompt_cache
+            if can_trim_prompt_cache(entry):
+                cache = shared_copy(entry)
+                prefix = min(len(prompt) - 1, found.common_prefix)
+                trim_prompt_cache(cache, len(found.longer) - prefix)
+                return cache, prompt[prefix:]
+        if shorter > 0:
+            return shared_copy(trie.get(namespace, found.shorter).prompt_cache), prompt[shorter:]
+        return None, prompt
 
     def keep(self, tokens: list[int], cache: list[Any], namespace: Namespace = ("", "")) -> None:
         """Keep a KV cache (of a generation, or of a prompt's end) whose KV holds exactly `tokens`.

@@ -34,6 +34,7 @@ from mlxhost.worker.engine.generation import GenerationRequest, GenerationSessio
 from mlxhost.worker.engine.grammar_compiler import Grammars
 from mlxhost.worker.engine.group import LeadingGenerator, Link
 from mlxhost.worker.engine.loading import (
+    KVLayout,
     load_model,
     logits_width,
     make_generator,
@@ -76,6 +77,7 @@ class Engine:
         self.vocab_size = 0
         self.max_token_chars: int | None = None  # see Tokenizer.max_token_chars
         self.ranks: list[dict[str, Any]] = []  # a group's ranks (group.describe_ranks), once loaded
+        self.kv_layout = KVLayout(False, "not loaded yet")  # the batch's, once loaded
         self._tokenizer: Tokenizer | None = None
         self.grammars: Grammars  # compiles and caches output grammars; set at load
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -155,11 +157,11 @@ class Engine:
         tokenizer.warm()
         self.load_seconds = time.perf_counter() - began
         gc.freeze()  # the model's and tokenizer's objects, as the worker's imports (see its preload)
-        generator: Any = make_generator(model, tokenizer.decoder.eos_token_ids, options)
+        generator, self.kv_layout = make_generator(model, tokenizer.decoder.eos_token_ids, options)
+        # A cache of this model's rows: its layer classes (and, after one token, shapes and dtypes).
+        probe = generator.new_cache() if self.kv_layout.per_row else make_prompt_cache(model)
         if options.sharding is not None:
             generator = LeadingGenerator(generator, Link(mx.distributed.init(), generator.stream))
-        # A cache of this model: its layer classes (and, after one token, its shapes and dtypes).
-        probe = make_prompt_cache(model)
         self._batching.snapshots = wants_snapshots(probe)
         disk = open_disk_tier(model, probe, self.model_path, options, self._prompt_cache)
         try:

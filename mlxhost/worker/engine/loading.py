@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,13 @@ from mlxhost.worker.cache.folder import (
 from mlxhost.worker.cache.memory import PromptCache
 from mlxhost.worker.engine.group import SEED, Link, describe_ranks, follow
 from mlxhost.worker.engine.options import EngineOptions
+from mlxhost.worker.engine.rows.batch import RowBatch
+from mlxhost.worker.engine.rows.budget import PrefillBudget
+from mlxhost.worker.engine.rows.support import unsupported_reason
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
 __all__ = [
+    "KVLayout",
     "load_model",
     "load_shard",
     "logits_width",
@@ -65,15 +70,56 @@ def logits_width(model: Any, tokenizer: Tokenizer) -> int:
     return logits if isinstance(logits, int) else tokenizer.vocab_size
 
 
-def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOptions) -> BatchGenerator:
-    """The BatchGenerator an engine steps; every rank of a group builds the same one."""
-    return BatchGenerator(
+@dataclass(frozen=True)
+class KVLayout:
+    """How the engine's batch keeps its rows' KV: per row (rows/), or padded (mlx-lm's
+    BatchKVCache) and why."""
+
+    per_row: bool
+    reason: str | None = None  # why padded: asked for, or the model failed the per-row probe
+    kv_bits: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"kv_layout": "per_row" if self.per_row else "padded", "kv_layout_reason": self.reason,
+                "kv_bits": self.kv_bits}  # fmt: skip
+
+
+def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOptions) -> tuple[Any, KVLayout]:
+    """The batch an engine steps, and its KV layout; every rank of a group builds the same one.
+
+    Per-row KV (rows/batch.py) where the model passes the probe (rows/support.py), else mlx-lm's
+    BatchGenerator, said once in the log."""
+    stops = [[t] for t in eos_token_ids]
+    if options.kv_layout == "padded":
+        reason: str | None = "kv_layout = 'padded' was asked for"
+    else:
+        reason = unsupported_reason(model)
+    if reason is None:
+        budget = PrefillBudget(
+            prefill_step=options.prefill_step,
+            seconds=options.prefill_chunk_seconds,
+            adaptive=options.sharding is None,  # a group's ranks must cut prompts alike
+        )
+        batch = RowBatch(
+            model,
+            stop_tokens=stops,
+            max_batch=options.max_batch,
+            budget=budget,
+            kv_bits=options.kv_bits,
+            kv_group_size=options.kv_group_size,
+        )
+        return batch, KVLayout(True, kv_bits=options.kv_bits)
+    if options.kv_bits is not None:
+        logger.warning("kv_bits = %d is not applied: the padded layout has no quantized KV", options.kv_bits)
+    logger.warning("the batch pads every row to the longest (mlx-lm's BatchKVCache): %s", reason)
+    generator = BatchGenerator(
         model,
-        stop_tokens=[[t] for t in eos_token_ids],
+        stop_tokens=stops,
         completion_batch_size=options.max_batch,
         prefill_batch_size=options.prefill_batch,
         prefill_step_size=options.prefill_step,
     )
+    return generator, KVLayout(False, reason)
 
 
 def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any, list[dict[str, Any]]]:
@@ -95,7 +141,7 @@ def serve_follower(model_path: Path, options: EngineOptions, on_loaded: Callable
     model, loaded, _ = load_shard(model_path, options.sharding)
     tokenizer = Tokenizer(loaded)
     vocab_size = logits_width(model, tokenizer)
-    generator = make_generator(model, tokenizer.decoder.eos_token_ids, options)
+    generator, _ = make_generator(model, tokenizer.decoder.eos_token_ids, options)
     on_loaded()
     follow(generator, Link(mx.distributed.init(), generator.stream), vocab_size, prompt_cache_of(options))
 
@@ -119,8 +165,8 @@ def open_disk_tier(
 ) -> PromptStore | None:
     """Give `prompt_cache` its disk tier, if the options ask for one; the store, to close at the end.
 
-    `probe`: a fresh cache of `model` (mlx-lm's `make_prompt_cache`), which takes one token
-    through the model when the folder has no signature yet."""
+    `probe`: a fresh cache of `model`, of the kind its rows keep (quantized with kv_bits), which
+    takes one token through the model when the folder has no signature yet."""
     if options.sharding is not None:
         # A group keeps its prompt cache in memory only: each rank's files would hold its
         # own shard, and a rank's loader thread would take entries in when it pleased.
@@ -131,7 +177,10 @@ def open_disk_tier(
         return None
     adapter = Path(options.adapter_path) if options.adapter_path else None
     try:
-        fingerprint = model_fingerprint(model_path, adapter)
+        variant = ""
+        if options.kv_bits is not None:  # quantized entries are another kind of file
+            variant = f"kv_bits={options.kv_bits},kv_group_size={options.kv_group_size}"
+        fingerprint = model_fingerprint(model_path, adapter, variant)
         folder = store_folder(options.state_dir, model_path, fingerprint)
         make_folder(folder, model_path, adapter, fingerprint)  # with the record of its model
         signature = kept_signature(folder)

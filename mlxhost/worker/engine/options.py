@@ -13,6 +13,17 @@ class EngineOptions:
     max_batch: int = 32
     prefill_batch: int = 8
     prefill_step: int = 2048
+    # How the batch keeps its rows' KV (rows/): "per_row", each row its own cache, attention over
+    # each row's own length; or "padded", mlx-lm's BatchKVCache (every row padded to the longest),
+    # which a model that fails the per-row probe (rows/support.py) gets in any case.
+    kv_layout: str = "per_row"
+    # KV quantized to this many bits (4 or 8) in groups of kv_group_size, per row; None: not.
+    # Per-row layout only (mlx-lm's BatchKVCache has no quantized form).
+    kv_bits: int | None = None
+    kv_group_size: int = 64
+    # While streams decode, a joining prompt is prefilled in chunks of about this many seconds
+    # each, between decode steps (rows/budget.py): the longest a running stream waits for it.
+    prefill_chunk_seconds: float = 0.05
     prompt_cache_entries: int = 10
     prompt_cache_bytes: int = 1 << 30
     # The disk tier: at most this many bytes under <state_dir>/prompt-cache/ (0 or no state_dir:
