@@ -69,6 +69,10 @@ SIZES: Final[dict[str, ModelSize]] = {
     # The tiny model's sizes and tokenizer, as Qwen 2 (biased q, k, v projections), in four
     # layers: what a pipelined worker group splits two and two.
     "pipelined": replace(TINY, num_hidden_layers=4, architecture="qwen2"),
+    # The tiny model with one attention head of 64 dimensions: MLX quantizes along a head in groups
+    # of 32, 64 or 128, which the tiny model's heads of 16 are too narrow for. Quantized KV
+    # (kv_bits) is tested on it.
+    "quantizable": replace(TINY, num_attention_heads=1, num_key_value_heads=1),
     # The tiny model, able to hold a real coding agent's prompt: 65,536 positions, and a tokenizer
     # trained on agent-like text whose tokens span words, so Claude Code's first request (76 KB)
     # is about 15,000 tokens rather than the tiny tokenizer's 54,000. Its embeddings make most of

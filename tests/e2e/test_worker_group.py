@@ -107,6 +107,8 @@ def test_health_shows_every_rank_under_its_model(group: RunningHost) -> None:
     with group.http() as http:
         metrics = http.get("/metrics").text
     assert 'mlxhost_worker_rank_rss_bytes{host="' in metrics and 'rank="1"' in metrics
+    # Every rank passed the per-row probe (a rank that failed it would make them all pad).
+    assert group.worker_health("tiny")["batch"]["kv_layout"] == "per_row"
 
 
 def test_greedy_answers_are_the_single_workers(group: RunningHost, single_answers: list[str]) -> None:
@@ -218,6 +220,7 @@ def test_a_pipelined_group_answers_as_one_worker(pipelined_model: Path, tmp_path
         _, cached = _turns(client)
         assert cached == 0
         assert len(_ranks(host)) == 2
+        assert host.worker_health("tiny")["batch"]["kv_layout"] == "per_row"
 
 
 def test_sigterm_of_the_host_leaves_no_rank(group: RunningHost) -> None:

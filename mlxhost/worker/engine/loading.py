@@ -35,9 +35,9 @@ from mlxhost.worker.cache.folder import (
 from mlxhost.worker.cache.memory import PromptCache
 from mlxhost.worker.engine.group import SEED, Link, describe_ranks, follow
 from mlxhost.worker.engine.options import EngineOptions
-from mlxhost.worker.engine.rows.batch import RowBatch
+from mlxhost.worker.engine.rows.batch import RowBatch, row_cache
 from mlxhost.worker.engine.rows.budget import PrefillBudget
-from mlxhost.worker.engine.rows.support import unsupported_reason
+from mlxhost.worker.engine.rows.support import quantized_reason, unsupported_reason
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
 __all__ = [
@@ -77,11 +77,16 @@ class KVLayout:
 
     per_row: bool
     reason: str | None = None  # why padded: asked for, or the model failed the per-row probe
-    kv_bits: int | None = None
+    kv_bits: int | None = None  # the KV's bits when quantized
+    kv_bits_reason: str | None = None  # why kv_bits was asked for and not applied
 
     def describe(self) -> dict[str, Any]:
-        return {"kv_layout": "per_row" if self.per_row else "padded", "kv_layout_reason": self.reason,
-                "kv_bits": self.kv_bits}  # fmt: skip
+        return {
+            "kv_layout": "per_row" if self.per_row else "padded",
+            "kv_layout_reason": self.reason,
+            "kv_bits": self.kv_bits,
+            "kv_bits_reason": self.kv_bits_reason,
+        }
 
 
 def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOptions) -> tuple[Any, KVLayout]:
@@ -94,7 +99,15 @@ def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOpti
         reason: str | None = "kv_layout = 'padded' was asked for"
     else:
         reason = unsupported_reason(model)
+        if options.sharding is not None:
+            reason = _agreed(reason)
     if reason is None:
+        kv_bits, why = options.kv_bits, None
+        if kv_bits is not None:
+            why = quantized_reason(model, row_cache(model, kv_bits, options.kv_group_size))
+            if why is not None:
+                logger.warning("kv_bits = %d is not applied: %s", kv_bits, why)
+                kv_bits = None
         budget = PrefillBudget(
             prefill_step=options.prefill_step,
             seconds=options.prefill_chunk_seconds,
@@ -105,12 +118,14 @@ def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOpti
             stop_tokens=stops,
             max_batch=options.max_batch,
             budget=budget,
-            kv_bits=options.kv_bits,
+            kv_bits=kv_bits,
             kv_group_size=options.kv_group_size,
         )
-        return batch, KVLayout(True, kv_bits=options.kv_bits)
+        return batch, KVLayout(True, kv_bits=kv_bits, kv_bits_reason=why)
+    why = None
     if options.kv_bits is not None:
-        logger.warning("kv_bits = %d is not applied: the padded layout has no quantized KV", options.kv_bits)
+        why = "the padded layout has no quantized KV"
+        logger.warning("kv_bits = %d is not applied: %s", options.kv_bits, why)
     logger.warning("the batch pads every row to the longest (mlx-lm's BatchKVCache): %s", reason)
     generator = BatchGenerator(
         model,
@@ -119,7 +134,16 @@ def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOpti
         prefill_batch_size=options.prefill_batch,
         prefill_step_size=options.prefill_step,
     )
-    return generator, KVLayout(False, reason)
+    return generator, KVLayout(False, reason, kv_bits_reason=why)
+
+
+def _agreed(reason: str | None) -> str | None:
+    """`reason`, or another rank's failure: a group's ranks must all batch alike (a collective,
+    so every rank calls it at the same point of its load)."""
+    failed = mx.distributed.all_sum(mx.array(int(reason is not None)), stream=mx.cpu).item()
+    if reason is None and failed:
+        return "another rank of the group failed the per-row probe"
+    return reason
 
 
 def load_shard(model_path: Path, sharding: str) -> tuple[Any, Any, list[dict[str, Any]]]:

@@ -42,15 +42,26 @@ from mlx_lm.sample_utils import greedy_sampler
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
 from mlxhost.worker.cache.sharing import shared_copy
+from mlxhost.worker.engine.rows.attention import install
 from mlxhost.worker.engine.rows.budget import PrefillBudget
 from mlxhost.worker.engine.rows.kv import row_views
 
-__all__ = ["Generated", "PromptProgress", "RowBatch"]
+__all__ = ["Generated", "PromptProgress", "RowBatch", "row_cache"]
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 CLEAR_EVERY = 512  # decode steps between returning MLX's buffer cache, as BatchGenerator does
+
+
+def row_cache(model: Any, kv_bits: int | None = None, kv_group_size: int = 64) -> list[Any]:
+    """An empty cache for one row of `model`, its plain KV quantized with `kv_bits` (None: not).
+
+    mlx-lm quantizes plain KV only: a rotating window's stays as it is."""
+    cache = make_prompt_cache(model)
+    if kv_bits is None:
+        return cache
+    return [QuantizedKVCache(kv_group_size, kv_bits) if type(layer) is KVCache else layer for layer in cache]
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,7 @@ class RowBatch:
     ) -> None:
         if any(len(stop) != 1 for stop in stop_tokens):
             raise ValueError("RowBatch stops on single tokens; stop strings are the text stream's")
+        install()  # the model's attention reads per-row KV (attention.py)
         self.model = model
         self.max_batch = max_batch
         self.budget = budget or PrefillBudget()
@@ -243,12 +255,7 @@ class RowBatch:
 
     def new_cache(self) -> list[Any]:
         """An empty cache for a row of this batch (quantized with `kv_bits`)."""
-        cache = make_prompt_cache(self.model)
-        if self.kv_bits is None:
-            return cache
-        # mlx-lm quantizes plain KV only (a rotating window's stays as it is).
-        bits, group = self.kv_bits, self.kv_group_size
-        return [QuantizedKVCache(group, bits) if type(layer) is KVCache else layer for layer in cache]
+        return row_cache(self.model, self.kv_bits, self.kv_group_size)
 
     def _decode(self) -> list[Generated]:
         running, joining = self._decoding, self._joining

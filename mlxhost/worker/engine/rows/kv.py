@@ -64,6 +64,17 @@ class RowsKV:
             return None
         return RowMasks(masks)
 
+    # A pipelined model ties its send to the next rank to its last layer's cache
+    # (`cache[-1].keys = mx.depends(cache[-1].keys, h)`), so that evaluating the cache sends: the
+    # last row's keys carry the tie here.
+    @property
+    def keys(self) -> Any:
+        return self.caches[-1].keys
+
+    @keys.setter
+    def keys(self, value: Any) -> None:
+        self.caches[-1].keys = value
+
     def is_trimmable(self) -> bool:
         return False
 

@@ -23,7 +23,7 @@ from mlxhost.worker.cache.sharing import shared_copy
 from mlxhost.worker.engine.rows.attention import install
 from mlxhost.worker.engine.rows.kv import row_views
 
-__all__ = ["unsupported_reason"]
+__all__ = ["quantized_reason", "unsupported_reason"]
 
 PER_ROW = (KVCache, RotatingKVCache, QuantizedKVCache)
 PROBE_LENGTHS = (5, 70)  # the longer is past the sliding demo model's window (16)
@@ -44,16 +44,32 @@ def unsupported_reason(model: Any) -> str | None:
         return f"decoding over per-row KV failed: {type(exc).__name__}: {exc}"
 
 
+def quantized_reason(model: Any, cache: list[Any]) -> str | None:
+    """None when `model` runs over `cache` (a row's quantized cache); else why not, in words.
+
+    MLX quantizes along a head's dimensions in groups of 32, 64 or 128: a head narrower than
+    kv_group_size, or not a multiple of it, cannot be quantized."""
+    try:
+        mx.eval(model(mx.array([[1, 2]]), cache=cache))
+    except Exception as exc:  # MLX says what it refused; the worker serves unquantized instead
+        return f"quantized KV failed: {type(exc).__name__}: {exc}"
+    return None
+
+
 def _compare(model: Any) -> str | None:
+    # Each forward is evaluated before the next is built, as generation does: a pipelined model
+    # sends and receives inside its forward, and its ranks must pair them in the same order.
     rows = []
     for length in PROBE_LENGTHS:
         cache = make_prompt_cache(model)
         model(mx.array([[(7 * i + 3) % 97 + 1 for i in range(length)]]), cache=cache)
+        mx.eval([layer.state for layer in cache])
         rows.append(cache)
     last = mx.array([11, 13])
-    alone = [
-        model(last[e : e + 1][:, None], cache=shared_copy(cache))[:, -1, :] for e, cache in enumerate(rows)
-    ]
+    alone = []
+    for e, cache in enumerate(rows):
+        alone.append(model(last[e : e + 1, None], cache=shared_copy(cache))[:, -1, :])
+        mx.eval(alone[-1])
     together = model(last[:, None], cache=row_views(rows))[:, -1, :]
     expected = mx.concatenate(alone)
     mx.eval(expected, together)
