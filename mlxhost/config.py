@@ -191,8 +191,12 @@ class Settings:
         8192, integer(1), "most tokens one answer may have (more asked is clamped)"
     )
     max_batch: int = _option(32, integer(1, 1024), "sequences decoded together in one step")
-    prefill_batch: int = _option(8, integer(1, 1024), "prompts prefilled together")
-    prefill_step: int = _option(2048, integer(16), "prompt tokens per prefill chunk")
+    prefill_batch: int = _option(
+        8, integer(1, 1024), "prompts prefilled together (kv_layout = padded only: per row, one at a time)"
+    )
+    prefill_step: int = _option(
+        2048, integer(16), "prompt tokens per prefill chunk while nothing else decodes"
+    )
     kv_layout: str = _option(
         "per_row",
         _kv_layout,
