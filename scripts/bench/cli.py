@@ -26,6 +26,8 @@ from bench.figures import json_safe, progress, ratio
 from bench.group import measure_group, print_group
 from bench.hub import HUB_EVENTS, hub_throughput
 from bench.jobs import measure_jobs, print_jobs
+from bench.join_gap import measure_join_gap
+from bench.join_gap_figures import JoinGapDocument, print_join_gap
 from bench.lagging import events_summary
 from bench.overload import OVERLOAD_TOKENS_FACTOR, overload_summary
 from bench.peers import measure_peers
@@ -151,6 +153,12 @@ def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
         print_header(plan, info)
         print_peers(peers)
         _write(plan, PeersDocument(info.machine, info.versions, info.model, part_settings(plan), peers))
+        return 0
+    if plan.only == "join_gap":  # --join-gap (bench.join_gap)
+        gaps = anyio.run(measure_join_gap, plan, raw)
+        print_header(plan, info)
+        print_join_gap(gaps)
+        _write(plan, JoinGapDocument(info.machine, info.versions, info.model, part_settings(plan), gaps))
         return 0
     part: Part
     if plan.only == "agent":

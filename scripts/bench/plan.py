@@ -203,6 +203,16 @@ def parser() -> argparse.ArgumentParser:
         "each concurrency in 5 alternating rounds, distinct prompts, every reply max_tokens long "
         "(bench.peers)",
     )
+    # --join-gap (bench.join_gap): a running stream's largest token gap while a long prompt joins.
+    only.add_argument(
+        "--join-gap",
+        action="store_const",
+        const="join_gap",
+        dest="only",
+        help="measure only how long running streams wait for a token while a 4,000-token prompt joins "
+        "them: the padded KV layout (before) against per_row (after), each on a server of its own, at "
+        "1, 4 and 8 running streams (or --concurrency), alternating rounds (bench.join_gap)",
+    )
     parser.add_argument(
         "--install-vllm-mlx",
         action="store_true",
