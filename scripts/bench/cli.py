@@ -160,6 +160,14 @@ def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
         print_join_gap(gaps)
         _write(plan, JoinGapDocument(info.machine, info.versions, info.model, part_settings(plan), gaps))
         return 0
+    if plan.only == "batch_kv":  # --batch-kv (bench.batch_kv); imported here to keep this one block
+        from bench.batch_kv import BatchKVDocument, measure_batch_kv, print_batch_kv
+
+        batch_kv = measure_batch_kv(plan, raw)
+        print_header(plan, info)
+        print_batch_kv(batch_kv)
+        _write(plan, BatchKVDocument(info.machine, info.versions, info.model, part_settings(plan), batch_kv))
+        return 0
     part: Part
     if plan.only == "agent":
         part = agent = anyio.run(measure_agent, plan, raw)

@@ -213,6 +213,16 @@ def parser() -> argparse.ArgumentParser:
         "them: the padded KV layout (before) against per_row (after), each on a server of its own, at "
         "1, 4 and 8 running streams (or --concurrency), alternating rounds (bench.join_gap)",
     )
+    # --batch-kv (bench.batch_kv): raw BatchGenerator against RowBatch, in this process.
+    only.add_argument(
+        "--batch-kv",
+        action="store_const",
+        const="batch_kv",
+        dest="only",
+        help="measure only mlx-lm's BatchGenerator against mlxhost's RowBatch in this process, decode "
+        "only: aligned against mixed-length rows, KV bytes (and with kv_bits=4), rows inserted one "
+        "per step against all at once; alternating rounds, medians (bench.batch_kv)",
+    )
     parser.add_argument(
         "--install-vllm-mlx",
         action="store_true",
