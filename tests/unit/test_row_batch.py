@@ -190,8 +190,9 @@ def test_the_batch_holds_the_sum_of_its_rows_kv_not_rows_times_the_longest(tiny_
         rows.next()
         padded.next()
     one = 2 * 2 * 2 * 16 * 4  # bytes a position takes: layers, keys and values, kv heads, dims, float32
-    # Each row its own buffer, grown 256 positions at a time, as a KVCache alone would be.
-    assert rows.prompt_cache_nbytes == sum(-(-(n + 12) // 256) * 256 for n in lengths) * one
+    # Each row its own buffer, grown by about an eighth of its length at a time.
+    own = sum(n + 12 for n in lengths) * one
+    assert own <= rows.prompt_cache_nbytes <= 1.2 * own
     assert padded.prompt_cache_nbytes >= 8 * 600 * one
     padded.close()
 

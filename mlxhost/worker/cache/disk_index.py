@@ -20,6 +20,7 @@ from typing import Any
 from mlx_lm.models.cache import PromptTrie
 
 from mlxhost.worker.cache.files import SUFFIX, Entry, is_leftover, read_header
+from mlxhost.worker.cache.trie import search
 
 __all__ = ["DiskIndex", "path_keys", "worth_loading"]
 
@@ -59,7 +60,7 @@ def path_keys(trie: PromptTrie, namespace: Any, tokens: list[int]) -> list[list[
             break
         if "__value__" in node:
             keys.append(tokens[: i + 1])
-    found = trie.search(namespace, tokens)
+    found = search(trie, namespace, tokens)
     if found.longer is not None and found.common_prefix > (len(keys[-1]) if keys else 0):
         keys.append(list(found.longer))
     return keys
@@ -84,7 +85,7 @@ class DiskIndex:
         (the same prompt, a longer conversation) trimmed back to the common prefix if its cache
         can be trimmed. At least one prompt token is always left to compute.
         """
-        found = self._trie.search(key, prompt)
+        found = search(self._trie, key, prompt)
         best: tuple[Entry | None, int] = (None, 0)
         if found.exact is not None:
             entry = self._trie.get(key, found.exact)

@@ -39,6 +39,7 @@ from mlxhost.worker.cache.disk import PromptStore, StoreStatistics
 from mlxhost.worker.cache.disk_index import path_keys
 from mlxhost.worker.cache.files import NonFinite, cache_arrays, check_finite
 from mlxhost.worker.cache.sharing import shared_copy
+from mlxhost.worker.cache.trie import search
 
 __all__ = ["Namespace", "PromptCache", "PromptCacheStatistics"]
 
@@ -78,7 +79,7 @@ class PromptCache:
         if not self.enabled:
             return 0
         trie = self._lru._trie
-        found = trie.search(namespace, prompt)
+        found = search(trie, namespace, prompt)
         if found.exact is not None:
             exact = trie.get(namespace, found.exact).prompt_cache
             return len(prompt) - 1 if can_trim_prompt_cache(exact) else 0
@@ -118,7 +119,7 @@ class PromptCache:
         # LRUPromptCache.fetch_nearest_cache's choice of entry, with `shared_copy` for its
         # `copy.deepcopy`: a hit hands the row the entry's memory, not a copy of every byte.
         trie = self._lru._trie
-        found = trie.search(namespace, prompt)
+        found = search(trie, namespace, prompt)
         if found.exact is not None:
             return shared_copy(trie.get(namespace, found.exact).prompt_cache), []
         shorter = len(found.shorter) if found.shorter is not None else 0

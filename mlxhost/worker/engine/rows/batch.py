@@ -52,6 +52,11 @@ Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 CLEAR_EVERY = 512  # decode steps between returning MLX's buffer cache, as BatchGenerator does
+# mlx-lm's KVCache grows its buffers `step` positions at a time (256), copying what they hold each
+# time. A row sets its own step to about an eighth of its length, between these bounds, every
+# GROWTH_EVERY tokens: a short row holds a few positions more than its tokens, not 256, and a long
+# one copies its KV once per eighth of its length at most.
+LEAST_STEP, MOST_STEP, GROWTH_EVERY = 16, 256, 16
 
 
 def row_cache(model: Any, kv_bits: int | None = None, kv_group_size: int = 64) -> list[Any]:
@@ -81,14 +86,16 @@ class Generated:
 
     uid: int
     token: int
-    row_logprobs: mx.array  # (1, vocabulary): the log-probabilities it was sampled from
+    step_logprobs: mx.array  # (rows, vocabulary): the step's log-probabilities, this row's at `index`
+    index: int
     finish_reason: str | None
     prompt_cache: list[Any] | None
     all_tokens: list[int] | None
 
     @property
     def logprobs(self) -> mx.array:
-        return self.row_logprobs[0]
+        """The log-probabilities it was sampled from (an MLX operation: read only when asked)."""
+        return self.step_logprobs[self.index]
 
 
 @dataclass(eq=False)
@@ -104,9 +111,7 @@ class _Row:
     prefilled: int = 0
     generated: int = 0
     context: TokenBuffer | None = None  # the token context its logits processors see
-    # Sampled at the last step and not yet returned (decoding rows): each (1,) and (1, vocabulary).
-    next_token: mx.array | None = None
-    next_logprobs: mx.array | None = None
+    at: int = 0  # a decoding row's place in the last step's rows: its token, not yet returned
     last: mx.array = field(init=False)  # the prompt's last token, its first decode input
 
     def __post_init__(self) -> None:
@@ -143,7 +148,9 @@ class RowBatch:
         self._prefilling: deque[_Row] = deque()  # in the batch, prefilling, first in line first
         self._joining: list[_Row] = []  # prefilled: their last prompt token goes into the next step
         self._decoding: list[_Row] = []
-        self._computing: list[mx.array] = []  # what the last decode step computes, ahead
+        # What the last decode step samples, ahead, one row each (a decoding row's is at `row.at`).
+        self._sampled = mx.array([], dtype=mx.uint32)
+        self._logprobs = mx.array([])
         self._steps = 0
         self._old_wired_limit = maybe_set_recommended_wired_limit()
 
@@ -261,7 +268,16 @@ class RowBatch:
         running, joining = self._decoding, self._joining
         rows = running + joining
         count = len(rows)
-        inputs = mx.concatenate([row.next_token for row in running] + [row.last for row in joining])
+        # The tokens sampled at the last step, read from that step's own array: an operation built
+        # on it now (a gather, a split) would be computed after this step's forward, not before.
+        places = [row.at for row in running]
+        previous, earlier = self._sampled, self._logprobs
+        sampled_before = previous
+        if places != list(range(previous.size)):  # a row left: the others' tokens, gathered
+            sampled_before = previous[mx.array(places, dtype=mx.int32)]
+        inputs = (
+            mx.concatenate([sampled_before, *(row.last for row in joining)]) if joining else sampled_before
+        )
         logits = self.model(inputs[:, None], cache=row_views([row.cache for row in rows]))[:, -1, :]
         contexts = []
         if any(row.processors for row in rows):
@@ -283,35 +299,34 @@ class RowBatch:
             sampled = mx.concatenate(
                 [s(lp) for s, lp in zip(samplers, mx.split(logprobs, count), strict=True)]
             )
-        self._computing = [sampled, logprobs]
+        self._sampled, self._logprobs = sampled, logprobs
         mx.async_eval(sampled, logprobs, contexts)
 
         # Now what the step before sampled, which went in as this step's inputs.
-        returned = [row.next_logprobs for row in running]
-        tokens = inputs.tolist()
-        next_tokens = mx.split(sampled, count) if count > 1 else [sampled]
-        next_logprobs = mx.split(logprobs, count) if count > 1 else [logprobs]
+        before = previous.tolist() if running else []
         out: list[Generated] = []
         keep: list[_Row] = []
         for e, row in enumerate(rows):
-            row.next_token, row.next_logprobs = next_tokens[e], next_logprobs[e]
-            token = tokens[e]
-            row.tokens.append(token)  # its KV is in the cache now
-            if e >= len(running):  # it joined: that was its prompt's last token
+            place, row.at = row.at, e
+            if e >= len(running):  # it joined: its input was its prompt's last token
+                _set_step(row.cache, len(row.tokens))
+                row.tokens.append(row.pending[-1])
                 row.pending = []
                 keep.append(row)
                 continue
+            token = before[place]
+            row.tokens.append(token)  # its KV is in the cache now
             row.generated += 1
+            if row.generated % GROWTH_EVERY == 0:
+                _set_step(row.cache, len(row.tokens))
             finish = "length" if row.generated >= row.max_tokens else None
             if token in self._stop:
                 finish = "stop"
-            lp = returned[e]
-            assert lp is not None
             if finish is None:
-                out.append(Generated(row.uid, token, lp, None, None, None))
+                out.append(Generated(row.uid, token, earlier, place, None, None, None))
                 keep.append(row)
             else:
-                out.append(Generated(row.uid, token, lp, finish, row.cache, row.tokens))
+                out.append(Generated(row.uid, token, earlier, place, finish, row.cache, row.tokens))
         self._decoding, self._joining = keep, []
         return out
 
@@ -320,11 +335,13 @@ class RowBatch:
         budget = self.budget.chunk(decoding)
         progress: list[PromptProgress] = []
         if decoding and self._prefilling:
-            mx.eval(self._computing)  # the decode step ends first: the chunk is timed alone
+            mx.eval(self._sampled, self._logprobs)  # the decode step ends first: the chunk is timed alone
         while self._prefilling and budget > 0:
             row = self._prefilling[0]
             size = min(len(row.pending) - 1, budget)
             if size > 0:
+                if row.prefilled == 0:  # the buffers grow to the prompt's length, no further
+                    _set_step(row.cache, len(row.tokens) + len(row.pending))
                 chunk, row.pending = row.pending[:size], row.pending[size:]
                 began = time.perf_counter()
                 self.model(mx.array([chunk], dtype=mx.uint32), cache=row.cache)
@@ -341,3 +358,10 @@ class RowBatch:
             else:
                 progress.append(PromptProgress(row.uid, (row.prefilled, row.total), False, False))
         return progress
+
+
+def _set_step(cache: list[Any], length: int) -> None:
+    step = min(MOST_STEP, max(LEAST_STEP, length // 8 // LEAST_STEP * LEAST_STEP))
+    for layer in cache:
+        if type(layer) in (KVCache, QuantizedKVCache):  # a rotating window's size is its own
+            layer.step = step

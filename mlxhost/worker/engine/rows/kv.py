@@ -35,9 +35,11 @@ class RowMasks:
 class RowsKV:
     """The rows' caches of one layer, as the model sees one cache for a decode step."""
 
-    def __init__(self, caches: Sequence[Any], offset: mx.array) -> None:
+    def __init__(self, caches: Sequence[Any], offset: mx.array, shared: dict[Any, Any] | None = None) -> None:
         self.caches = caches  # one per row, in the batch's row order
         self.offset = offset
+        # What every layer of the step can reuse (attention.py's masks), shared by its RowsKVs.
+        self.shared: dict[Any, Any] = {} if shared is None else shared
         # Each row's keys and values after this step's update, for attention.py.
         self.fetched: list[tuple[Any, Any]] = []
         first = caches[0]
@@ -86,4 +88,5 @@ class RowsKV:
 def row_views(rows: Sequence[Sequence[Any]]) -> list[RowsKV]:
     """One `RowsKV` per layer over `rows` (each row's list of layer caches)."""
     offset = mx.array([row[0].offset for row in rows])
-    return [RowsKV(layer, offset) for layer in zip(*rows, strict=True)]
+    shared: dict[Any, Any] = {}
+    return [RowsKV(layer, offset, shared) for layer in zip(*rows, strict=True)]
