@@ -28,6 +28,7 @@ class PrefillBudget:
     tokens: int = 256  # the first chunk's size while decoding, and a group's always
     adaptive: bool = True  # False in a worker group: the same chunks on every rank
     _per_token: float | None = None  # seconds per prompt token, measured
+    _last: int = 0  # the last measured chunk's tokens
 
     def chunk(self, decoding: bool) -> int:
         """Prompt tokens to prefill after this step."""
@@ -35,13 +36,17 @@ class PrefillBudget:
             return self.prefill_step
         if not self.adaptive or self._per_token is None:
             return min(self.tokens, self.prefill_step)
-        return max(LEAST, min(self.prefill_step, int(self.seconds / self._per_token)))
+        # At most twice the last chunk: a chunk costs more per token the further into its prompt
+        # it is (attention), so a rate measured near the start overestimates what fits further on.
+        fits = int(self.seconds / self._per_token)
+        return max(LEAST, min(self.prefill_step, fits, 2 * self._last))
 
     def measured(self, tokens: int, seconds: float) -> None:
         """A chunk of `tokens` took `seconds`, alone (the decode step before it had ended)."""
         if tokens <= 0 or seconds <= 0:
             return
         per_token = seconds / tokens
+        self._last = tokens
         previous = self._per_token
         self._per_token = (
             per_token if previous is None else SMOOTHING * per_token + (1 - SMOOTHING) * previous
