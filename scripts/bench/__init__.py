@@ -4,7 +4,8 @@ same max_tokens.
     python scripts/bench [--model DIR | --size tiny|bench] [--max-tokens N] [--repeats N]
                          [--concurrency 1,4,8,16] [--ttft-requests N] [--quick | --smoke]
                          [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N]
-                         [--jobs-only | --agent-only | --closed-loop-only | --recovery-only]
+                         [--jobs-only | --agent-only | --closed-loop-only | --recovery-only |
+                          --peers [--install-vllm-mlx] | --batch-kv | --join-gap]
 
 Four paths are measured in one run, their repeats interleaved, the order rotating from one repeat
 to the next, so that a noisy machine slows all of them alike:
@@ -43,6 +44,19 @@ The measurements, one module each, in the order a run takes them (`bench.run`):
                  x a cold prefill of the same length after the first turn; alone with
                  --agent-only (on the bench model by default)
   hub            the event hub alone, in this process
+
+Modes of their own, each alone:
+  peers          --peers: mlxhost, vllm-mlx (installed with --install-vllm-mlx into a venv of its
+                 own; skipped with the reason where it cannot be) and mlx_lm.server at 1, 4, 8 and
+                 16 streams, 5 rounds taking turns; targets mlxhost >= 1.3 x vllm-mlx and >= 2 x
+                 mlx_lm.server (`bench.peers`, `bench.vllm_mlx`, `bench.peers_figures`)
+  batch_kv       --batch-kv: mlx-lm's BatchGenerator against mlxhost's RowBatch in this process,
+                 decode only: mixed lengths, KV bytes against the rows' own, kv_bits, staggered
+                 insertion (`bench.batch_kv`, `bench.batch_kv_figures`); this imports the worker's
+                 `mlxhost.worker.engine.rows`
+  join_gap       --join-gap: a running stream's largest gap between tokens while a 4,000-token
+                 prompt joins, at 1, 4 and 8 running streams, kv_layout padded against per_row;
+                 target <= 0.15 s on the tiny model (`bench.join_gap`, `bench.join_gap_figures`)
 Targets on the table's figures (`bench.targets`): isolated >= 0.95 x raw at every concurrency;
 isolated >= 1.15 x mlx_lm.server at c8; TTFT p50 isolated <= raw + 5 ms.
 
@@ -55,5 +69,5 @@ listed there), `chart` (the PNG), `cli` (main).
 The bench talks to mlxhost only over HTTP and its admin API (and `mlxhost.client.admin`); it
 imports `mlxhost.host.events` only to measure the hub alone, and of the worker only
 `mlxhost.worker.engine.grammar` and `.grammar_compiler`, to time grammar compiles in this process
-(`bench.constrained`).
+(`bench.constrained`), and `mlxhost.worker.engine.rows` for --batch-kv.
 """
