@@ -62,7 +62,7 @@ from bench.raw import RawMLX
 from bench.settings import MAX_BATCH, PREFILL_BATCH
 from mlxhost import demo
 from mlxhost.worker.engine.rows.attention import install
-from mlxhost.worker.engine.rows.batch import RowBatch, row_cache
+from mlxhost.worker.engine.rows.batch import RowBatch, row_cache, set_growth
 from mlxhost.worker.engine.rows.support import quantized_reason
 
 __all__ = ["BatchKVDocument", "measure_batch_kv", "print_batch_kv"]
@@ -122,6 +122,7 @@ def row_prompt(index: int, length: int) -> list[int]:
 def filled_cache(cache: list[Any], geometry: KVGeometry, tokens: int, seed: int) -> list[Any]:
     """`cache` (an empty cache of a row) holding `tokens` tokens of random keys and values."""
     if tokens > 0:
+        set_growth(cache, tokens)  # the buffer a RowBatch's own prefill would have grown
         dtype = getattr(mx, geometry.dtype)
         shape = (1, geometry.kv_heads, tokens, geometry.head_dim)
         keys = mx.random.split(mx.random.key(seed), 2 * len(cache))

@@ -46,7 +46,7 @@ from mlxhost.worker.engine.rows.attention import install
 from mlxhost.worker.engine.rows.budget import PrefillBudget
 from mlxhost.worker.engine.rows.kv import row_views
 
-__all__ = ["Generated", "PromptProgress", "RowBatch", "row_cache"]
+__all__ = ["Generated", "PromptProgress", "RowBatch", "row_cache", "set_growth"]
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
@@ -309,7 +309,7 @@ class RowBatch:
         for e, row in enumerate(rows):
             place, row.at = row.at, e
             if e >= len(running):  # it joined: its input was its prompt's last token
-                _set_step(row.cache, len(row.tokens))
+                set_growth(row.cache, len(row.tokens))
                 row.tokens.append(row.pending[-1])
                 row.pending = []
                 keep.append(row)
@@ -318,7 +318,7 @@ class RowBatch:
             row.tokens.append(token)  # its KV is in the cache now
             row.generated += 1
             if row.generated % GROWTH_EVERY == 0:
-                _set_step(row.cache, len(row.tokens))
+                set_growth(row.cache, len(row.tokens))
             finish = "length" if row.generated >= row.max_tokens else None
             if token in self._stop:
                 finish = "stop"
@@ -341,7 +341,7 @@ class RowBatch:
             size = min(len(row.pending) - 1, budget)
             if size > 0:
                 if row.prefilled == 0:  # the buffers grow to the prompt's length, no further
-                    _set_step(row.cache, len(row.tokens) + len(row.pending))
+                    set_growth(row.cache, len(row.tokens) + len(row.pending))
                 chunk, row.pending = row.pending[:size], row.pending[size:]
                 began = time.perf_counter()
                 self.model(mx.array([chunk], dtype=mx.uint32), cache=row.cache)
@@ -360,7 +360,8 @@ class RowBatch:
         return progress
 
 
-def _set_step(cache: list[Any], length: int) -> None:
+def set_growth(cache: list[Any], length: int) -> None:
+    """Let `cache`'s plain KV buffers grow by about an eighth of `length` positions at a time."""
     step = min(MOST_STEP, max(LEAST_STEP, length // 8 // LEAST_STEP * LEAST_STEP))
     for layer in cache:
         if type(layer) in (KVCache, QuantizedKVCache):  # a rotating window's size is its own
