@@ -76,7 +76,7 @@ from bench.join_gap_figures import (
 from bench.plan import DEFAULT_CONCURRENCY, Plan
 from bench.raw import RawMLX
 from bench.settings import REQUEST_TIMEOUT_S, alternating
-from bench.streams import CHAT_PATH, chat_body, has_content, sse_chunks
+from bench.streams import chat_body, chat_stream, has_content
 
 JOIN_CONCURRENCY = [1, 4, 8]  # the running streams, unless --concurrency names others
 SMOKE_CONCURRENCY = [2]
@@ -180,16 +180,12 @@ def collector_paused() -> Iterator[None]:
 
 async def read_running(client: httpx.AsyncClient, index: int, window: Window) -> None:
     body = {**chat_body(RUNNING_PROMPT, RUNNING_MAX_TOKENS, stream=True), "logprobs": True}
-    async with client.stream("POST", CHAT_PATH, json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
-        async with contextlib.aclosing(sse_chunks(response)) as chunks:
-            async for now, chunk in chunks:
-                if chunk is None:
-                    window.end(index, now)
-                elif tokens := tokens_in(chunk):
-                    window.frame(index, now, tokens)
+    async with chat_stream(client, body) as chunks:
+        async for now, chunk in chunks:
+            if chunk is None:
+                window.end(index, now)
+            elif tokens := tokens_in(chunk):
+                window.frame(index, now, tokens)
 
 
 @dataclass
@@ -206,18 +202,14 @@ async def read_joining(client: httpx.AsyncClient, prompt: str) -> Joined:
         "logprobs": True,
     }
     joined = Joined()
-    async with client.stream("POST", CHAT_PATH, json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
-        async with contextlib.aclosing(sse_chunks(response)) as chunks:
-            async for now, chunk in chunks:
-                if chunk is None:
-                    continue
-                if chunk.get("usage"):
-                    joined.usage = chunk["usage"]
-                if (has_content(chunk) or tokens_in(chunk)) and joined.first_token is None:
-                    joined.first_token = now
+    async with chat_stream(client, body) as chunks:
+        async for now, chunk in chunks:
+            if chunk is None:
+                continue
+            if chunk.get("usage"):
+                joined.usage = chunk["usage"]
+            if (has_content(chunk) or tokens_in(chunk)) and joined.first_token is None:
+                joined.first_token = now
     if joined.first_token is None:
         raise RuntimeError(f"the joining request sent no token: usage {joined.usage}")
     return joined
@@ -273,18 +265,17 @@ async def probe(client: httpx.AsyncClient) -> JoinProbe:
         "logprobs": True,
     }
     frames, textless, tokens, finish = 0, 0, 0, None
-    async with client.stream("POST", CHAT_PATH, json=body) as response:
-        async with contextlib.aclosing(sse_chunks(response)) as chunks:
-            async for _, chunk in chunks:
-                if chunk is None:
-                    continue
-                if tokens_in(chunk):
-                    frames += 1
-                    textless += not has_content(chunk)
-                if chunk.get("usage"):
-                    tokens = int(chunk["usage"]["completion_tokens"])
-                for choice in chunk.get("choices", []):
-                    finish = choice.get("finish_reason") or finish
+    async with chat_stream(client, body) as chunks:
+        async for _, chunk in chunks:
+            if chunk is None:
+                continue
+            if tokens_in(chunk):
+                frames += 1
+                textless += not has_content(chunk)
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"]["completion_tokens"])
+            for choice in chunk.get("choices", []):
+                finish = choice.get("finish_reason") or finish
     return JoinProbe(tokens, frames, textless, finish)
 
 

@@ -19,23 +19,17 @@ after /health is already up.
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-import httpx
-
 from bench.figures import progress
-from bench.settings import PREFILL_BATCH, SERVER_START_TIMEOUT_S
-from bench.streams import CHAT_PATH, chat_body
+from bench.peer_process import PeerProcess
+from bench.settings import PREFILL_BATCH
 
-ANSWER_TIMEOUT_S = 60.0  # the first request, which waits for the model to load
 LAUNCHER = (
     "import sys, http.server; http.server.ThreadingHTTPServer.request_queue_size = {backlog}; "
     "sys.argv[0] = 'mlx_lm.server'; from mlx_lm.server import main; main()"
@@ -50,8 +44,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class MlxLmServer:
+class MlxLmServer(PeerProcess):
     """mlx-lm's own server, `python -m mlx_lm server`, on a free port; its log is kept."""
+
+    label = "mlx_lm.server"
 
     def __init__(self, model_path: Path, max_batch: int, max_tokens: int, backlog: int) -> None:
         self.name = "mlx_lm_server"
@@ -72,53 +68,7 @@ class MlxLmServer:
             "--decode-concurrency", str(max_batch), "--prompt-concurrency", str(PREFILL_BATCH),
             "--max-tokens", str(max_tokens),
         ]  # fmt: skip
-        self.log: collections.deque[str] = collections.deque(maxlen=5000)
-        self.started = time.perf_counter()
-        self.ready_s: float | None = None  # start to the first answer (the model loaded)
-        self.process = subprocess.Popen(
-            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=env,
-        )  # fmt: skip
-        self.pid = self.process.pid
-        threading.Thread(target=self._read_log, name="mlx-lm-server-log", daemon=True).start()
-
-    def _read_log(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.log.append(line.rstrip("\n"))
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(list(self.log)[-lines:])
-
-    def wait_ready(self, prompt: str, timeout: float = SERVER_START_TIMEOUT_S) -> str:
-        """Poll /health until it answers 200, then send one short chat request: the model loads
-        in the server's generation thread after /health is already up."""
-        deadline = time.perf_counter() + timeout
-        with httpx.Client(base_url=self.url, timeout=5.0) as client:
-            while True:
-                if self.process.poll() is not None:
-                    raise RuntimeError(
-                        f"mlx_lm.server exited with code {self.process.returncode}:\n"
-                        f"{self.log_tail()}"
-                    )
-                if time.perf_counter() > deadline:
-                    raise RuntimeError(f"mlx_lm.server did not answer in time:\n{self.log_tail()}")
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
-            response = client.post(
-                CHAT_PATH, json=chat_body(prompt, 1, stream=False), timeout=ANSWER_TIMEOUT_S
-            )
-            if response.status_code != 200:
-                raise RuntimeError(
-                    f"mlx_lm.server answered {response.status_code}: {response.text}\n"
-                    f"{self.log_tail()}"
-                )
-        self.ready_s = time.perf_counter() - self.started
-        return self.url
+        self.spawn(self.command, env)
 
     def stop(self) -> None:
         """SIGTERM (it has no handler: the process ends), SIGKILL if need be."""

@@ -50,7 +50,7 @@ from bench.peers_figures import LABELS, PeerBatch, PeerServer, PeersSummary, in_
 from bench.plan import Plan
 from bench.raw import PROMPTS, RawMLX
 from bench.settings import PREFILL_BATCH, REQUEST_TIMEOUT_S
-from bench.streams import CHAT_PATH, chat_body, gather, sse_chunks
+from bench.streams import chat_body, chat_stream, gather
 from bench.vllm_mlx import VllmMlxUnavailable, start_vllm_mlx
 
 ROUNDS = 5
@@ -130,16 +130,12 @@ async def read_response(
     }
     usages: list[Mapping[str, Any]] = []
     done = False
-    async with client.stream("POST", CHAT_PATH, json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
-        async with contextlib.aclosing(sse_chunks(response)) as chunks:
-            async for _, chunk in chunks:
-                if chunk is None:
-                    done = True
-                elif chunk.get("usage"):
-                    usages.append(chunk["usage"])
+    async with chat_stream(client, body) as chunks:
+        async for _, chunk in chunks:
+            if chunk is None:
+                done = True
+            elif chunk.get("usage"):
+                usages.append(chunk["usage"])
     if not done:
         raise RuntimeError("the stream ended without [DONE]")
     return one_usage(usages)

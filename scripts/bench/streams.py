@@ -22,7 +22,7 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -61,6 +61,19 @@ async def sse_chunks(response: httpx.Response) -> AsyncGenerator[tuple[float, di
         if "error" in chunk:
             raise RuntimeError(f"the stream failed: {chunk['error']}")
         yield now, chunk
+
+
+@contextlib.asynccontextmanager
+async def chat_stream(
+    client: httpx.AsyncClient, body: Mapping[str, Any]
+) -> AsyncIterator[AsyncGenerator[tuple[float, dict[str, Any] | None]]]:
+    """A streamed chat completion's frames (`sse_chunks`); RuntimeError for an answer not 200."""
+    async with client.stream("POST", CHAT_PATH, json=body) as response:
+        if response.status_code != 200:
+            await response.aread()
+            raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
+        async with contextlib.aclosing(sse_chunks(response)) as chunks:
+            yield chunks
 
 
 def has_content(chunk: dict[str, Any]) -> bool:

@@ -19,7 +19,6 @@ its own and stopped by signalling that whole process group.
 
 from __future__ import annotations
 
-import collections
 import importlib.metadata
 import json
 import os
@@ -28,17 +27,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.figures import progress
 from bench.mlx_lm_server import free_port
-from bench.settings import PREFILL_BATCH, SERVER_START_TIMEOUT_S
-from bench.streams import CHAT_PATH, chat_body
+from bench.peer_process import PeerProcess
+from bench.settings import PREFILL_BATCH
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlxhost-bench"
 VENV = CACHE / "vllm-mlx-venv"
@@ -48,7 +43,6 @@ VERSION = "0.6.0"
 MLX_REQUIREMENT = f"mlx[cpu]=={importlib.metadata.version('mlx')}" if sys.platform == "linux" else "mlx"
 REQUIREMENTS = (f"vllm-mlx=={VERSION}", MLX_REQUIREMENT)
 INSTALL_TIMEOUT_S = 1800.0  # the download is large
-ANSWER_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 START_ATTEMPTS = 3  # a start that lost its port to someone else is retried
 
@@ -119,8 +113,12 @@ def ensure_installed(install_if_missing: bool, venv: Path = VENV) -> dict[str, s
     return install(venv)
 
 
-class VllmMlxServer:
+class VllmMlxServer(PeerProcess):
     """`vllm-mlx serve MODEL_DIR --continuous-batching` on a free port; its log is kept."""
+
+    label = "vllm-mlx"
+    failure = VllmMlxUnavailable
+    poll_interval = 0.2
 
     def __init__(self, model_path: Path, max_batch: int, max_tokens: int, venv: Path = VENV) -> None:
         self.name = "vllm_mlx"
@@ -137,58 +135,15 @@ class VllmMlxServer:
             "--max-num-seqs", str(max_batch), "--completion-batch-size", str(max_batch),
             "--prefill-batch-size", str(PREFILL_BATCH), "--max-tokens", str(max_tokens),
         ]  # fmt: skip
-        self.log: collections.deque[str] = collections.deque(maxlen=5000)
-        self.started = time.perf_counter()
-        self.ready_s: float | None = None  # start to the first answer
         try:
-            self.process = subprocess.Popen(
-                self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
-            )  # fmt: skip
+            self.spawn(self.command, env, start_new_session=True)
         except OSError as exc:
             shutil.rmtree(self.home, ignore_errors=True)
             raise VllmMlxUnavailable(f"could not run {self.command[0]}: {exc}") from exc
-        self.pid = self.process.pid
-        threading.Thread(target=self._read_log, name="vllm-mlx-log", daemon=True).start()
-
-    def _read_log(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.log.append(line.rstrip("\n"))
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(list(self.log)[-lines:])
 
     def body_extra(self) -> dict[str, Any]:
         """What every request to it adds to the common chat body: it rejects one without a model."""
         return {"model": self.served_model}
-
-    def wait_ready(self, prompt: str, timeout: float = SERVER_START_TIMEOUT_S) -> str:
-        """Poll /health until it answers 200, then send one short chat request."""
-        deadline = time.perf_counter() + timeout
-        with httpx.Client(base_url=self.url, timeout=5.0) as client:
-            while True:
-                if self.process.poll() is not None:
-                    raise VllmMlxUnavailable(
-                        f"vllm-mlx exited with code {self.process.returncode}:\n{self.log_tail()}"
-                    )
-                if time.perf_counter() > deadline:
-                    message = f"vllm-mlx did not answer in {timeout:.0f} s:\n{self.log_tail()}"
-                    raise VllmMlxUnavailable(message)
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.2)
-            body = {**chat_body(prompt, 1, stream=False), **self.body_extra()}
-            response = client.post(CHAT_PATH, json=body, timeout=ANSWER_TIMEOUT_S)
-            if response.status_code != 200:
-                raise VllmMlxUnavailable(
-                    f"vllm-mlx answered {response.status_code}: {response.text}\n{self.log_tail()}"
-                )
-        self.ready_s = time.perf_counter() - self.started
-        return self.url
 
     def stop(self) -> None:
         """SIGTERM to its process group (it saves its prefix cache and exits), SIGKILL if need be;
