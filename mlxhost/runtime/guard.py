@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -53,6 +54,7 @@ _INTERNAL_PREFIX = INTERNAL_PREFIX.encode()
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _JSON_TYPES = (b"application/json",)
 _BODY_METHODS = frozenset({"POST"})  # the only method with a body that any route takes
+_DRAIN_BYTES, _DRAIN_SECONDS = 1 << 20, 5.0  # what a refused HTTP/2 request may still send
 
 
 # The scope key that says whether a /health caller may see the detail (models' paths, pids,
@@ -107,9 +109,12 @@ class FrontDoor:
             response = error_response(error, Dialect.of_path(scope["path"]))
             headers = dict(scope["headers"])
             if _declares_body(headers):
-                # The body is never read, so the connection cannot carry another request; closing
-                # it also stops a client that is still sending, which then reads this answer.
-                response.headers["connection"] = "close"
+                if scope.get("http_version") == "2":
+                    await _drain(receive)
+                else:
+                    # The body is never read, so the connection cannot carry another request; closing
+                    # it also stops a client that is still sending, which then reads this answer.
+                    response.headers["connection"] = "close"
             origin = headers.get(b"origin")
             if origin is not None and not isinstance(error, Forbidden):
                 # A listed site must be able to read why it was refused (CORS runs further in).
@@ -239,6 +244,23 @@ def _presented_key(headers: dict[bytes, bytes]) -> bytes | None:
 
 def _declares_body(headers: dict[bytes, bytes]) -> bool:
     return b"transfer-encoding" in headers or headers.get(b"content-length", b"").strip() not in (b"", b"0")
+
+
+async def _drain(receive: Receive) -> None:
+    """Read an HTTP/2 request's body, up to a bound, before refusing it.
+
+    Hypercorn 0.18 drops the whole HTTP/2 connection when DATA arrives for a stream whose answer
+    is complete (pgjones/hypercorn#334, unreleased), so a refusal sent while the client still
+    sends would reach it as a broken pipe instead of this answer. A body past the bound, or one
+    that stalls, is the sender's own loss: only its connection is dropped.
+    """
+    read = 0
+    with anyio.move_on_after(_DRAIN_SECONDS):
+        while read <= _DRAIN_BYTES:
+            message = await receive()
+            read += len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
 
 
 def _check_json(headers: dict[bytes, bytes]) -> None:

@@ -115,9 +115,21 @@ def test_http2_is_refused_unless_configured(exposed: RunningHost) -> None:
 
 
 def test_http2_is_off_by_default(keyed: RunningHost) -> None:
-    with httpx.Client(base_url=keyed.url or "", http1=False, http2=True, timeout=30) as http:
-        response = http.post(CHAT, json=chat(), headers={"x-api-key": KEY})
-    assert response.status_code == 505 and error_of(response)["code"] == "http2_disabled"
+    # Each on a new connection: the refusal races the request's body (Hypercorn drops a connection
+    # that sends DATA after its stream's answer), and a broken pipe instead of this answer is a bug.
+    for _ in range(20):
+        with httpx.Client(base_url=keyed.url or "", http1=False, http2=True, timeout=30) as http:
+            response = http.post(CHAT, json=chat(), headers={"x-api-key": KEY})
+        assert response.status_code == 505 and error_of(response)["code"] == "http2_disabled"
+
+
+def test_an_http2_refusal_reaches_a_client_still_sending(exposed: RunningHost) -> None:
+    body = json.dumps(chat("x" * 200_000)).encode()  # more than one flow-control window
+    with httpx.Client(base_url=exposed.url or "", http1=False, http2=True, timeout=30) as http:
+        for _ in range(5):
+            response = http.post(CHAT, content=body, headers={"content-type": "text/plain"})
+            assert response.status_code == 415 and response.http_version == "HTTP/2"
+        assert http.post(CHAT, json=chat()).status_code == 200  # the same connection serves on
 
 
 # -- client text is bounded and inert ---------------------------------------------------------
