@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlxhost.config_values import InvalidValue, integer, names, non_negative_number, optional_text
+from mlxhost.model_tasks import task_list
 from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec
 
 __all__ = [
@@ -61,6 +62,8 @@ class ModelSpec:
     kv_group_size: int | None = None  # values per quantization group; None: the host's kv_group_size
     adapter: str | None = None  # a LoRA adapter directory (mlx-lm's), loaded over the model
     group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.ranks); None: one worker
+    # What it serves (mlxhost.model_tasks): "generate", "embed", "rerank"; None: as its files say.
+    task: tuple[str, ...] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -131,7 +134,7 @@ def _alias_problem(alias: str) -> str | None:
 _MODEL_KEYS = {
     "id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued",
     "max_tokens_limit", "kv_bits", "kv_group_size", "adapter", "ranks", "backend", "hosts", "hostfile",
-    "sharding",
+    "sharding", "task",
 }  # fmt: skip
 
 # A [[model]]'s own values over the host's settings of the same name: each key's check.
@@ -236,7 +239,19 @@ def _model_spec(item: object) -> ModelSpec:
         raise InvalidValue(f"model '{model_id}': {exc}") from None
     if group is not None and adapter is not None:
         raise InvalidValue(f"model '{model_id}': 'adapter' is not served by a group of ranks yet")
-    return ModelSpec(model_id, location, tuple(aliases), preload, adapter=adapter, group=group, **own)
+    task = None
+    if item.get("task") is not None:
+        try:
+            task = task_list(item["task"])
+        except ValueError:
+            raise InvalidValue(
+                f"model '{model_id}': 'task' must be {task_list.__doc__}, not {item['task']!r}"
+            ) from None
+    if group is not None and task is not None and task != ("generate",):
+        raise InvalidValue(f"model '{model_id}': embeddings and reranking are not served by a group yet")
+    return ModelSpec(
+        model_id, location, tuple(aliases), preload, adapter=adapter, group=group, task=task, **own
+    )
 
 
 def _own_value(model_id: str, name: str, raw: object) -> object:

@@ -7,14 +7,16 @@ slowly because a name was mistyped. Nothing here imports MLX.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
 from mlxhost.config import Settings
 from mlxhost.errors import ModelNotFound
 from mlxhost.model_spec import ModelSpec
+from mlxhost.model_tasks import ModelKind, detect
 
-__all__ = ["DEMO_MODEL_ID", "model_specs", "resolve_model"]
+__all__ = ["DEMO_MODEL_ID", "model_kind", "model_specs", "resolve_model"]
 
 logger = logging.getLogger("mlxhost")
 
@@ -34,7 +36,15 @@ def model_specs(settings: Settings) -> tuple[ModelSpec, ...]:
         "(or a Hugging Face repo id already in the local cache).",
         path,
     )
-    return (ModelSpec(settings.model_id or DEMO_MODEL_ID, str(path), aliases=settings.model_aliases),)
+    embedder = ensure_demo_model(size="tiny", task="embed")
+    reranker = ensure_demo_model(size="tiny", task="rerank")
+    return (
+        ModelSpec(settings.model_id or DEMO_MODEL_ID, str(path), aliases=settings.model_aliases),
+        # Beside it, so that /v1/embeddings and /v1/rerank answer on a fresh machine too; each
+        # loads on its first request.
+        ModelSpec(f"{DEMO_MODEL_ID}-embed", str(embedder), task=("embed",)),
+        ModelSpec(f"{DEMO_MODEL_ID}-rerank", str(reranker), task=("rerank",)),
+    )
 
 
 def resolve_model(spec: str) -> Path:
@@ -65,3 +75,21 @@ def _from_hf_cache(repo_id: str) -> Path:
     if not (path / "config.json").is_file():
         raise ModelNotFound(f"the cached copy of {repo_id!r} at {path} has no config.json")
     return path
+
+
+def model_kind(spec: ModelSpec) -> ModelKind:
+    """What `spec` serves: its [[model]]'s `task`, or what its files say (mlxhost.model_tasks).
+
+    A model not found yet is taken to generate; its worker's load says what is wrong with it.
+    Read once per model: every request is routed by it.
+    """
+    return _kind(spec.path, spec.task)
+
+
+@functools.lru_cache(maxsize=256)
+def _kind(location: str, task: tuple[str, ...] | None) -> ModelKind:
+    try:
+        path = resolve_model(location)
+    except ModelNotFound:
+        return ModelKind().with_tasks(task)
+    return detect(path).with_tasks(task)

@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
-from mlxhost.demo import families
+from mlxhost.demo import embedding, families
 from mlxhost.demo.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
@@ -60,6 +60,10 @@ FORMAT_VERSION: Final = 2
 # The variant that writes Hermes/Qwen JSON calls: the demo model as it was before variants.
 DEFAULT_FAMILY: Final = "json_tools"
 
+# Other weights for the embedding model and the reranker than the chat model's: three models
+# of one host, not one model under three names.
+TASK_SEEDS: Final = {"embed": 1001, "rerank": 2002}
+
 _WEIGHTS_FILE: Final = "model.safetensors"
 _FILES: Final = (
     "config.json",
@@ -80,16 +84,23 @@ def default_cache_dir() -> Path:
 
 
 def ensure_demo_model(
-    cache_dir: Path | None = None, size: str = "tiny", family: str = DEFAULT_FAMILY
+    cache_dir: Path | None = None, size: str = "tiny", family: str = DEFAULT_FAMILY, task: str = "generate"
 ) -> Path:
     """The demo model of `size` ("tiny"; "agent" holds a coding agent's long prompts), built on
-    first use; `family` names the variant (demo/families/: the tool-call syntax it writes)."""
+    first use; `family` names the variant (demo/families/: the tool-call syntax it writes);
+    `task` "embed" or "rerank" the embedding model or reranker (see make_model)."""
     name = f"demo-{size}" if family == DEFAULT_FAMILY else f"demo-{size}-{family}"
-    return cached_model(name, size, cache_dir=cache_dir, family=family)
+    name += "" if task == "generate" else f"-{task}"
+    return cached_model(name, size, cache_dir=cache_dir, family=family, task=task)
 
 
 def cached_model(
-    name: str, size: str = "tiny", seed: int = 0, cache_dir: Path | None = None, family: str = DEFAULT_FAMILY
+    name: str,
+    size: str = "tiny",
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    family: str = DEFAULT_FAMILY,
+    task: str = "generate",
 ) -> Path:
     """A demo model kept in the cache as `name`, built on first use.
 
@@ -97,14 +108,20 @@ def cached_model(
     beside it rather than refused.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return make_model(root / f"{name}-v{FORMAT_VERSION}", size, seed=seed, family=family)
+    return make_model(root / f"{name}-v{FORMAT_VERSION}", size, seed=seed, family=family, task=task)
 
 
-def make_model(path: Path, size: str = "tiny", seed: int = 0, family: str = DEFAULT_FAMILY) -> Path:
+def make_model(
+    path: Path, size: str = "tiny", seed: int = 0, family: str = DEFAULT_FAMILY, task: str = "generate"
+) -> Path:
     """Write an mlx-lm model directory at ``path`` and return ``path``.
 
     ``family`` picks the variant (demo/families/): the chat template and special tokens of a
     model family whose tool calls mlx-lm reads; the weights are the same for every family.
+    ``task`` "embed" adds what a sentence-transformers embedding model (Qwen3-Embedding) has
+    beside its weights: last-token pooling, a query instruction, Matryoshka training declared;
+    "rerank" seeds other weights (a decoder reranker's files say nothing more than a causal
+    LM's, so its [[model]] says `task = "rerank"`).
     The same ``(size, seed, family)`` always gives byte-identical files. The
     directory appears all at once, by renaming a finished sibling into
     place, so readers never see a half-written model; if a matching model
@@ -113,7 +130,7 @@ def make_model(path: Path, size: str = "tiny", seed: int = 0, family: str = DEFA
     path = Path(path)
     spec = model_size(size)
     variant = families.family(family)  # KeyError for an unknown family, before anything is written
-    marker = _marker(size, seed, family)
+    marker = _marker(size, seed, family, task)
     if _is_complete(path, marker):
         return path
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -127,7 +144,7 @@ def make_model(path: Path, size: str = "tiny", seed: int = 0, family: str = DEFA
     tmp.mkdir()
     renamed = False
     try:
-        _write_model(tmp, spec, seed, marker, variant)
+        _write_model(tmp, spec, seed + TASK_SEEDS.get(task, 0), marker, variant, task)
         try:
             # Replaces an empty directory too, so pytest's tmp_path works.
             os.replace(tmp, path)
@@ -142,10 +159,12 @@ def make_model(path: Path, size: str = "tiny", seed: int = 0, family: str = DEFA
     return path
 
 
-def _marker(size: str, seed: int, family: str) -> dict[str, Any]:
+def _marker(size: str, seed: int, family: str, task: str = "generate") -> dict[str, Any]:
     marker: dict[str, Any] = {"format": FORMAT_VERSION, "size": size, "seed": seed}
     if family != DEFAULT_FAMILY:  # the default's files stay as they were before variants
         marker["family"] = family
+    if task != "generate":
+        marker["task"] = task
     return marker
 
 
@@ -162,7 +181,12 @@ def _is_complete(path: Path, marker: dict[str, Any]) -> bool:
 
 
 def _write_model(
-    directory: Path, spec: ModelSize, seed: int, marker: dict[str, Any], variant: families.Family
+    directory: Path,
+    spec: ModelSize,
+    seed: int,
+    marker: dict[str, Any],
+    variant: families.Family,
+    task: str = "generate",
 ) -> None:
     special_tokens = (*ROLE_TOKENS, *variant.special_tokens)
     bos, eos, pad = (special_tokens.index(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN))
@@ -222,6 +246,8 @@ def _write_model(
     documents = tokenizer_documents(spec, variant.chat_template, special_tokens, variant.tokenizer_config)
     for name, document in documents.items():
         _write_json(directory / name, document)
+    if task == "embed":
+        embedding.write_sentence_transformers(directory)
     # The rename is only atomic for the directory entry; flushing the
     # contents first means a crash cannot expose empty files under it.
     for name in _FILES:

@@ -1,7 +1,8 @@
 """The parent's Starlette app: sessions for the generation routes, health, and operator actions.
 
 Every dialect's generation route (OpenAI chat and completions, OpenAI Responses, Anthropic
-Messages) is the same `generate`: admission, a session, the relay. Counting a Messages prompt's
+Messages) is the same `generate`: admission, a session, the relay; embeddings and rerank are
+sessions too, routed to a model that serves them. Counting a Messages prompt's
 tokens needs the model's worker (its tokenizer) but generates nothing, so it is relayed outside
 admission and sessions. It imports no MLX: model work happens in the workers only.
 """
@@ -28,10 +29,12 @@ from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.workers.pool import ModelPool, UnknownModel
 from mlxhost.host.workers.status import WorkerState
 from mlxhost.model_spec import ModelSpec
+from mlxhost.models import model_kind
 from mlxhost.runtime.body import read_body
 from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS
 from mlxhost.runtime.guard import front_door, health_detail
 from mlxhost.wire.admin.state import client_entries
+from mlxhost.wire.embeddings import task_refused
 from mlxhost.wire.errors import NotFound, ServiceUnavailable
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
@@ -57,6 +60,9 @@ def create_host_app(
             Route("/v1/responses", generate, methods=["POST"]),
             Route("/v1/messages", generate, methods=["POST"]),
             Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+            Route("/v1/embeddings", embed, methods=["POST"]),
+            Route("/v1/rerank", rerank, methods=["POST"]),
+            Route("/rerank", rerank, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
@@ -85,6 +91,18 @@ def create_host_app(
 
 
 async def generate(request: Request) -> Any:
+    return await _session(request, "generate")
+
+
+async def embed(request: Request) -> Any:
+    return await _session(request, "embed")
+
+
+async def rerank(request: Request) -> Any:
+    return await _session(request, "rerank")
+
+
+async def _session(request: Request, task: str) -> Any:
     state = parent_state(request)
     if not state.accepting:
         raise ServiceUnavailable("the server is shutting down", code="shutting_down")
@@ -96,7 +114,7 @@ async def generate(request: Request) -> Any:
         _turn_away(state, state.pool.default, body_read=False)
     body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
     routing = _peek(body)
-    spec = _resolve(state, routing.model)
+    spec = _resolve_for(state, routing.model, task)
     admission = state.admission(spec)
     if admission.full():
         _turn_away(state, spec, body_read=True)
@@ -113,6 +131,7 @@ async def generate(request: Request) -> Any:
         request_timeout=state.settings.request_timeout,
         idle_timeout=state.settings.idle_timeout,
         client_metadata=routing.client(),
+        kind=task,
     )
 
 
@@ -130,6 +149,22 @@ def _resolve(state: ParentState, model: Any) -> ModelSpec:
         return state.pool.resolve(model)
     except UnknownModel as exc:
         raise NotFound(str(exc), param="model", code="model_not_found") from None
+
+
+def _resolve_for(state: ParentState, model: Any, task: str) -> ModelSpec:
+    """The model a request for `task` goes to: the one it names, which must serve the task; or,
+    when it names none (or a name the host does not know and takes the default for), the first
+    model that serves it."""
+    spec = _resolve(state, model)
+    tasks = model_kind(spec).tasks
+    if task in tasks:
+        return spec
+    named = isinstance(model, str) and (state.pool.resolve_exact(model) is not None or spec.matches(model))
+    if not named:
+        serving = next((s for s in state.pool.specs if task in model_kind(s).tasks), None)
+        if serving is not None:
+            return serving
+    raise task_refused(spec.id, task, tasks)
 
 
 def _turn_away(state: ParentState, spec: ModelSpec, body_read: bool) -> NoReturn:

@@ -24,7 +24,8 @@ from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.serving.sessions import CancelReason, SessionRegistry
 from mlxhost.host.state import ParentState
 from mlxhost.host.workers.pool import ModelPool
-from mlxhost.models import model_specs, resolve_model
+from mlxhost.model_tasks import encoder_problem
+from mlxhost.models import model_kind, model_specs, resolve_model
 from mlxhost.ranks import InvalidGroup, check_sharding
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener, serve_in
@@ -67,6 +68,11 @@ async def serve_host(settings: Settings) -> None:
     specs = model_specs(settings)
     paths = {spec.id: resolve_model(spec.path) for spec in specs}
     for spec in specs:
+        kind = model_kind(spec)
+        if (problem := encoder_problem(kind)) is not None:
+            raise StartupError(f"model '{spec.id}' cannot be served: {problem}")
+        if spec.group is not None and kind.tasks != ("generate",):
+            raise StartupError(f"model '{spec.id}': embeddings and reranking are not served by a group yet")
         if spec.group is not None:
             try:
                 await check_sharding(paths[spec.id], spec.group)

@@ -27,6 +27,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from mlxhost.model_tasks import TASKS
+
 __all__ = [
     "WORKER_EVENT",
     "EXIT_BAD_LAUNCH",
@@ -119,6 +121,8 @@ class LaunchRecord:
     # A worker group's rank (MLX_RANK set by mlx.launch): how the model is split, "tensor" or
     # "pipeline" (mlxhost.ranks); None: a single worker.
     sharding: str | None = None
+    # What the worker serves (mlxhost.model_tasks.TASKS), as its [[model]] or its files say.
+    tasks: list[str] = field(default_factory=lambda: ["generate"])
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
@@ -156,6 +160,10 @@ class LaunchRecord:
             raise BadLaunchRecord(
                 "malformed launch record: 'adapter_path' must be a non-empty string or null"
             )
+        if not isinstance(record.tasks, list) or not record.tasks or any(
+            t not in TASKS for t in record.tasks
+        ):
+            raise BadLaunchRecord("malformed launch record: 'tasks' must list generate, embed or rerank")
         if record.sharding not in (None, "tensor", "pipeline"):
             raise BadLaunchRecord("malformed launch record: 'sharding' must be tensor, pipeline or null")
         return record
@@ -201,6 +209,7 @@ class SessionProgress:
     tokens_per_s: float
     prompt_tokens: int = 0
     done: bool = False  # the session ended and the worker no longer holds its sequence
+    inputs: int = 0  # an embed or rerank request's inputs, pooled (none for a generation)
 
     def encode(self) -> str:
         return WORKER_EVENT + json.dumps({"type": "session.progress", **asdict(self)})

@@ -47,6 +47,8 @@ SCHEMA_ITEMS = 16_384
 _SCHEMAS: set[str] = set()
 _KEYED: set[str] = set()
 _DIALECTS: dict[type[BaseModel], str] = {}
+# Lists whose items may be lists of token ids: as long as the model's context, not BULK_ITEMS.
+_TOKEN_LISTS: set[str] = set()
 # How many times, at most, a body is validated again without the fields it was refused for. The
 # first pass takes them out where pydantic named them; a list stops at its first bad item, so a
 # second pass may find more, and from then on a name is taken out wherever its holder is (one
@@ -62,11 +64,13 @@ def register_schema(
     schemas: Iterable[str] = (),
     dialects: Mapping[type[BaseModel], str] | None = None,
     keyed: Iterable[str] = (),
+    token_lists: Iterable[str] = (),
 ) -> None:
     """Teach `parse_body` a dialect's bodies: their field names (for the `param` of an error),
     which fields hold which objects, which take lists, which hold free-form JSON Schemas (with
     their larger budget), the dialect each request model is in, and the maps whose keys name
-    the entry an error is about. Called once, where those models are defined."""
+    the entry an error is about, and the lists whose items may be token-id lists. Called once,
+    where those models are defined."""
     _DIALECTS.update(dialects or {})
     for model in models:
         _FIELD_NAMES.update(model.model_fields)
@@ -75,6 +79,7 @@ def register_schema(
     _LISTS.update(lists)
     _SCHEMAS.update(schemas)
     _KEYED.update(keyed)
+    _TOKEN_LISTS.update(token_lists)
 
 
 def parse_body(model: type[T], body: bytes, context: int | None = None, skipped: Skipped | None = None) -> T:
@@ -230,7 +235,7 @@ class _Shape:
                 for i, item in enumerate(value):
                     if isinstance(item, dict) and nested is not None:
                         self.check_object(nested, item, f"{param}[{i}]", key)
-                    elif isinstance(item, (list, dict)):
+                    elif isinstance(item, (list, dict)) and key not in _TOKEN_LISTS:
                         _check_bulk(item, f"{param}[{i}]", BULK_ITEMS)
             elif isinstance(value, dict) and nested is not None:
                 self.check_object(nested, value, param, key)

@@ -44,6 +44,7 @@ from mlxhost.wire.layout import ADMIN_TOKEN_FILE
 if TYPE_CHECKING:
     from mlxhost.worker.engine.engine import Engine
     from mlxhost.worker.engine.generation import GenerationSession
+    from mlxhost.worker.engine.pooled_work import PooledWork
 
 MEMORY_INTERVAL = 1.0
 PROGRESS_INTERVAL = 0.25
@@ -178,6 +179,7 @@ class ParentWatch:
 
 
 async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> None:
+    from mlxhost.model_tasks import detect
     from mlxhost.worker.serve import serve_model
 
     shutdown = Shutdown()
@@ -196,6 +198,7 @@ async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> 
 
     async def background(engine: Engine) -> None:
         engine.on_finished = _report_final
+        engine.on_pooled = _report_pooled
         async with anyio.create_task_group() as tg:
             tg.start_soon(shutdown.watch_signals)
             tg.start_soon(_watch_parent, parent_gone, shutdown)
@@ -212,6 +215,7 @@ async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> 
         background,
         adapter_path=record.adapter_path,
         sharding=record.sharding,
+        kind=detect(Path(record.model_path)).with_tasks(tuple(record.tasks)),
     )
     if shutdown.reason == PARENT_GONE:
         # Nobody is left to remove the parent's runtime directory; the last worker out does
@@ -252,6 +256,14 @@ def _report_final(session: GenerationSession) -> None:
         rate = session.tokens / max(time.monotonic() - session.created, 1e-3)
         prompt = len(session.request.prompt)
         report = SessionProgress(session.tag, session.tokens, round(rate, 1), prompt, done=True)
+        print(report.encode(), flush=True)
+
+
+def _report_pooled(work: PooledWork) -> None:
+    # As _report_final, for an embed or rerank request: the thread holds none of its inputs.
+    if work.tag:
+        rate = work.tokens / max(time.monotonic() - work.created, 1e-3)
+        report = SessionProgress(work.tag, 0, round(rate, 1), work.tokens, done=True, inputs=work.done)
         print(report.encode(), flush=True)
 
 

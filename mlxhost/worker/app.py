@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mlxhost.config import Settings
+from mlxhost.model_tasks import ModelKind
 from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS, error_response
 from mlxhost.runtime.guard import api_keys, front_door, health_detail
 from mlxhost.wire.dialect import Dialect
@@ -25,7 +27,10 @@ from mlxhost.wire.inert import excerpt
 from mlxhost.wire.openapi import openapi_document
 from mlxhost.worker.api.chat import chat_completions
 from mlxhost.worker.api.completions import completions
+from mlxhost.worker.api.embeddings import embeddings
 from mlxhost.worker.api.messages import count_tokens, messages
+from mlxhost.worker.api.pooling import not_served
+from mlxhost.worker.api.rerank import rerank
 from mlxhost.worker.api.responses import responses
 from mlxhost.worker.api.serving import Serving, serving, shutting_down
 from mlxhost.worker.engine.engine import Engine, EngineStopped
@@ -35,21 +40,30 @@ __all__ = ["create_app"]
 
 logger = logging.getLogger("mlxhost.worker")
 
+Endpoint = Callable[[Request], Awaitable[Response]]
 
-def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
+
+def create_app(engine: Engine, settings: Settings, model_id: str, kind: ModelKind = ModelKind()) -> Starlette:
     # Only on a worker's private socket, which only its parent can reach: in-process this app is
     # the public one, where anyone could pause the model.
     private = [] if settings.in_process else [Route(LEASE_PATH, lease, methods=["POST"])]
+
+    def serves(task: str, route: Endpoint) -> Endpoint:
+        return route if task in kind.tasks else not_served(task)
+
     app = Starlette(
         routes=[
             *private,
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/responses", responses, methods=["POST"]),
-            Route("/v1/messages", messages, methods=["POST"]),
+            Route("/v1/chat/completions", serves("generate", chat_completions), methods=["POST"]),
+            Route("/v1/completions", serves("generate", completions), methods=["POST"]),
+            Route("/v1/responses", serves("generate", responses), methods=["POST"]),
+            Route("/v1/messages", serves("generate", messages), methods=["POST"]),
             Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+            Route("/v1/embeddings", serves("embed", embeddings), methods=["POST"]),
+            Route("/v1/rerank", serves("rerank", rerank), methods=["POST"]),
+            Route("/rerank", serves("rerank", rerank), methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
         ],
@@ -58,7 +72,7 @@ def create_app(engine: Engine, settings: Settings, model_id: str) -> Starlette:
         # in a worker it is reached only through the parent, over a private socket.
         middleware=front_door(settings, api_keys(settings)) if settings.in_process else None,
     )
-    app.state.serving = Serving(engine, settings, model_id)
+    app.state.serving = Serving(engine, settings, model_id, kind)
     app.state.pauses = Pauses(engine)
     app.state.started = int(time.time())
     return app
@@ -111,6 +125,8 @@ async def health(request: Request) -> Response:
             "load_seconds": round(engine.load_seconds, 3),
             "engine": asdict(engine.statistics()),
             "batch": engine.kv_layout.describe(),  # per-row KV, or padded and why
+            "tasks": list(service.kind.tasks),
+            "pooled": asdict(engine.pooled_statistics()),  # embedding and rerank passes
             "prompt_cache": asdict(engine.prompt_cache_statistics()),
             "memory": {**engine.memory(), "rss_bytes": psutil.Process().memory_info().rss},
         },

@@ -9,6 +9,7 @@ import logging
 
 from mlxhost.config import ConfigError, Settings, binds
 from mlxhost.errors import StartupError
+from mlxhost.model_tasks import detect, encoder_problem
 from mlxhost.models import model_specs, resolve_model
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener
@@ -33,6 +34,9 @@ async def serve_in_process(settings: Settings) -> None:
     prepare_state_dir(settings)  # its prompt caches are kept there
     spec = model_specs(settings)[0]
     path = resolve_model(spec.path)
+    kind = detect(path).with_tasks(spec.task)
+    if (problem := encoder_problem(kind)) is not None:
+        raise StartupError(f"model '{spec.id}' cannot be served: {problem}")
     logger.info("loading %s from %s (in-process)", spec.id, path)
     shutdown = Shutdown()
 
@@ -51,7 +55,15 @@ async def serve_in_process(settings: Settings) -> None:
 
     try:
         await serve_model(
-            settings, path, spec.id, binds(settings), shutdown, on_ready, background, adapter_path=spec.adapter
+            settings,
+            path,
+            spec.id,
+            binds(settings),
+            shutdown,
+            on_ready,
+            background,
+            adapter_path=spec.adapter,
+            kind=kind,
         )
     except* BindError as group:
         raise StartupError(str(group.exceptions[0])) from None

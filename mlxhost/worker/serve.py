@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from mlxhost.config import Settings
+from mlxhost.model_tasks import ModelKind
 from mlxhost.runtime.listener import Listener, serve_in
 from mlxhost.runtime.shutdown import Shutdown
 from mlxhost.wire.layout import state_dir
@@ -38,7 +39,10 @@ PUBLISH_INTERVAL_MAX = 0.025
 
 
 def engine_options(
-    settings: Settings, adapter_path: str | None = None, sharding: str | None = None
+    settings: Settings,
+    adapter_path: str | None = None,
+    sharding: str | None = None,
+    tasks: tuple[str, ...] = ("generate",),
 ) -> EngineOptions:
     """The engine a worker runs for `settings` (every rank of a group builds the same one)."""
     return EngineOptions(
@@ -56,6 +60,7 @@ def engine_options(
         publish_interval=min(settings.stream_interval / 2, PUBLISH_INTERVAL_MAX),
         adapter_path=adapter_path,
         sharding=sharding,
+        tasks=frozenset(tasks),
     )
 
 
@@ -69,11 +74,12 @@ async def serve_model(
     background: Background | None = None,
     adapter_path: str | None = None,
     sharding: str | None = None,
+    kind: ModelKind = ModelKind(),
 ) -> None:
     """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
-    options = engine_options(settings, adapter_path, sharding)
+    options = engine_options(settings, adapter_path, sharding, kind.tasks)
     async with Engine.open(model_path, options) as engine:
-        app = create_app(engine, settings, model_id)
+        app = create_app(engine, settings, model_id, kind)
         # Behind a parent, the parent is the one client: its admission bounds what it sends, and a
         # cap meant for the public (`--max-connections=3`) would turn its own requests away.
         cap = settings.max_connections if settings.in_process else None

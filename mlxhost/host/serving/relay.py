@@ -78,8 +78,10 @@ class SessionResponse:
         request_timeout: float,
         idle_timeout: float,
         client_metadata: dict[str, str] | None = None,
+        kind: str = "generate",
     ) -> None:
         self.pool = pool
+        self.kind = kind  # generate, embed or rerank
         self.client_metadata = client_metadata
         self.admission = admission
         self.coordinator = coordinator
@@ -99,7 +101,7 @@ class SessionResponse:
         self._finished: str | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        session = self.sessions.open(self.spec.id, self.stream, self.client_metadata)
+        session = self.sessions.open(self.spec.id, self.stream, self.client_metadata, self.kind)
         client = Downstream(send, session, self.idle_timeout, self.dialect)
         outcome: Outcome | None = None
         try:
@@ -185,6 +187,9 @@ class SessionResponse:
         session.advance(SessionState.SETTLING)
         await client.start(upstream.status_code, upstream.headers, len(content))
         await client.body(content, more=False)
+        if self.kind != "generate" and upstream.is_success:
+            # Its counts came in the worker's report; megabytes of vectors are not parsed for them.
+            return Outcome.completed("stop")
         return _outcome_of_whole(upstream.status_code, content, session)
 
     async def _relay_stream(

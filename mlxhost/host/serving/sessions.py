@@ -77,6 +77,8 @@ class Session:
     first_token_at: float | None = None  # monotonic, streams only
     client: dict[str, str] | None = None  # what its client said of itself (state.client_entries)
     ignored: tuple[str, ...] = ()  # the request's fields the worker skipped, as it named them
+    kind: str = "generate"  # or embed, rerank
+    inputs: int = 0  # an embed or rerank session's inputs, as its worker reports them
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     worker_done: anyio.Event = field(default_factory=anyio.Event)  # its worker dropped the sequence
 
@@ -105,6 +107,9 @@ class Session:
             tokens_per_s=self.tokens_per_s,
             outcome=self.outcome,
             client=self.client,
+            kind=self.kind,
+            inputs=self.inputs,
+            prompt_tokens=self.prompt_tokens,
         )
 
 
@@ -121,13 +126,17 @@ class SessionRegistry:
         self._empty = anyio.Event()
         self._empty.set()
 
-    def open(self, model: str, stream: bool, client: dict[str, str] | None = None) -> Session:
-        session = Session(model, stream, client=client)
+    def open(
+        self, model: str, stream: bool, client: dict[str, str] | None = None, kind: str = "generate"
+    ) -> Session:
+        session = Session(model, stream, client=client, kind=kind)
         self._live[session.id] = session
         self.opened += 1
         if self._empty.is_set():
             self._empty = anyio.Event()
-        self.events.publish(SessionOpened(session=session.id, model=model, stream=stream, client=client))
+        self.events.publish(
+            SessionOpened(session=session.id, model=model, stream=stream, client=client, kind=kind)
+        )
         return session
 
     def progress(self, report: SessionProgress) -> None:
@@ -138,9 +147,14 @@ class SessionRegistry:
             session.tokens = report.tokens
             session.tokens_per_s = report.tokens_per_s
             session.prompt_tokens = report.prompt_tokens
+            session.inputs = report.inputs
             self.events.publish(
                 SessionProgressed(
-                    session=session.id, model=session.model, tokens=report.tokens, tokens_per_s=report.tokens_per_s
+                    session=session.id,
+                    model=session.model,
+                    tokens=report.tokens,
+                    tokens_per_s=report.tokens_per_s,
+                    inputs=report.inputs,
                 )
             )
 

@@ -16,6 +16,7 @@ import anyio.abc
 
 from mlxhost.config import Settings
 from mlxhost.model_spec import ModelSpec
+from mlxhost.models import model_kind
 from mlxhost.runtime.children import python_module
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import PROTOCOL_VERSION, WORKER_OPTIONS, LaunchRecord, ReadyLine, WorkerOptions
@@ -52,6 +53,7 @@ def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket:
         options=options,
         adapter_path=spec.adapter,
         sharding=None if spec.group is None else spec.group.sharding,
+        tasks=list(model_kind(spec).tasks),
     )
 
 

@@ -165,6 +165,7 @@ class SessionOpened(AdminEvent):
     model: str
     stream: bool
     client: dict[str, str] | None = None  # what its client said of itself (state.client_entries)
+    kind: str = "generate"  # or embed, rerank
 
     def _encode(self) -> JSON:
         data = super()._encode()
@@ -174,7 +175,7 @@ class SessionOpened(AdminEvent):
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
-        return super()._decode({"client": None, **data})
+        return super()._decode({"client": None, "kind": "generate", **data})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +187,11 @@ class SessionProgressed(AdminEvent):
     model: str
     tokens: int
     tokens_per_s: float
+    inputs: int = 0  # an embed or rerank session's, once its worker finished them
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode({"inputs": 0, **data})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -157,6 +157,9 @@ class SessionRecord(Record):
     tokens_per_s: float
     outcome: Outcome | None
     client: dict[str, str] | None = None  # what its client said of itself (client_entries)
+    kind: str = "generate"  # or embed, rerank
+    inputs: int = 0  # an embed or rerank session's inputs (texts, documents)
+    prompt_tokens: int = 0
 
     def _encode(self) -> JSON:
         data = super()._encode() | {"outcome": None if self.outcome is None else self.outcome.to_json()}
@@ -166,6 +169,7 @@ class SessionRecord(Record):
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        data = {"kind": "generate", "inputs": 0, "prompt_tokens": 0, **data}  # from before pooled routes
         kept = {name: data[name] for name in field_names(cls) if name != "client"}
         client = data.get("client")
         outcome = optional(Outcome, data["outcome"])

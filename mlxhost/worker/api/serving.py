@@ -5,11 +5,12 @@ shutdown ends with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
 from mlxhost.config import Settings
+from mlxhost.model_tasks import ModelKind
 from mlxhost.runtime.body import read_body as read_limited_body
 from mlxhost.wire.errors import ServiceUnavailable
 from mlxhost.worker.engine.engine import Engine
@@ -31,6 +32,7 @@ class Serving:
     engine: Engine
     settings: Settings
     model_id: str
+    kind: ModelKind = field(default_factory=ModelKind)  # what it serves, and how it pools
     accepting: bool = True
 
     def frame_interval(self) -> float:

@@ -33,6 +33,8 @@ from mlxhost.worker.engine.cache_keeping import keep_finished, keep_removed, kee
 from mlxhost.worker.engine.generation import GenerationSession
 from mlxhost.worker.engine.group import LeadingGenerator
 from mlxhost.worker.engine.intake import Intake, Row
+from mlxhost.worker.engine.pooled import PooledPasses
+from mlxhost.worker.engine.pooled_work import PooledQueue
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
 __all__ = ["Batching", "Counters", "EngineFailed", "Outputs"]
@@ -64,12 +66,18 @@ class Batching:
     """The loop of the generation thread, and the hand-over points the event loop uses."""
 
     def __init__(
-        self, prompt_cache: PromptCache, publish_interval: float, hand_over: Callable[[Outputs], None]
+        self,
+        prompt_cache: PromptCache,
+        publish_interval: float,
+        hand_over: Callable[[Outputs], None],
+        pooled_budget: tuple[int, int] = (16384, 256),
     ) -> None:
-        # Touched by the event loop too: sessions come in through `intake`, `wake` rouses the
-        # thread, `stopping` ends it once no session is left.
+        # Touched by the event loop too: sessions come in through `intake` and embedding and
+        # rerank inputs through `pooled.queue`, `wake` rouses the thread, `stopping` ends it once
+        # no session is left.
         self.wake = threading.Event()
         self.intake = Intake(prompt_cache, self.wake)
+        self.pooled = PooledPasses(PooledQueue(self.wake), *pooled_budget)
         self.stopping = False
         # The pause gate, closed and opened by the engine: while `paused`, no session is taken
         # in. Each closing gets a new `pause_number`; once the batch is empty the thread frees
@@ -107,8 +115,12 @@ class Batching:
                 try:
                     self._take_incoming(generator)
                     self._remove_cancelled(generator)
+                    # One pooled pass (embeddings, rerank) between two generation steps.
+                    pooled = self.pooled.step(self.paused, getattr(generator, "stream", None))
                     if not self.rows:
-                        if self.stopping and self.intake.idle():
+                        if pooled:
+                            continue
+                        if self.stopping and self.intake.idle() and self.pooled.queue.idle():
                             return
                         self._quiet_if_paused()
                         self.busy_since = None
@@ -256,6 +268,7 @@ class Batching:
             outputs.append((row.session, Delta("", row.tokens, None, "error", message)))
         self.rows.clear()
         self._publish(outputs)
+        self.pooled.fail_all(message)
 
     def _publish(self, outputs: Outputs) -> None:
         if self._held:  # what was held back goes first, merged: one delta per session

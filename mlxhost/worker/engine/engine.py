@@ -43,6 +43,8 @@ from mlxhost.worker.engine.loading import (
     wants_snapshots,
 )
 from mlxhost.worker.engine.options import EngineOptions
+from mlxhost.worker.engine.pooled import DecoderPooler, PooledCounters
+from mlxhost.worker.engine.pooled_work import PooledWork
 from mlxhost.worker.engine.tokenizer import Tokenizer, context_length
 
 __all__ = ["Engine", "EngineStatistics", "EngineStopped"]
@@ -78,6 +80,7 @@ class Engine:
         self.max_token_chars: int | None = None  # see Tokenizer.max_token_chars
         self.ranks: list[dict[str, Any]] = []  # a group's ranks (group.describe_ranks), once loaded
         self.kv_layout = KVLayout(False, "not loaded yet")  # the batch's, once loaded
+        self.hidden_size = 0  # an embedding's width, for a model that pools
         self._tokenizer: Tokenizer | None = None
         self.grammars: Grammars  # compiles and caches output grammars; set at load
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -86,11 +89,19 @@ class Engine:
         self._finished = anyio.Event()
         self._sessions: set[GenerationSession] = set()  # open ones; touched on the loop only
         self._prompt_cache = prompt_cache_of(options)
-        self._batching = Batching(self._prompt_cache, options.publish_interval, self._hand_over)
+        self._batching = Batching(
+            self._prompt_cache,
+            options.publish_interval,
+            self._hand_over,
+            (options.pooled_batch_tokens, options.pooled_batch_rows),
+        )
+        self._works: set[PooledWork] = set()  # embedding and rerank requests open; on the loop only
         self._batching.on_quiet = self._report_quiet
         self._quiet = anyio.Event()  # set once the thread is quiet for the current closing of the gate
         # Called on the event loop as each session ends, before its reader sees the end.
         self.on_finished: Callable[[GenerationSession], None] | None = None
+        # The same for embedding and rerank requests, once the thread holds none of their inputs.
+        self.on_pooled: Callable[[PooledWork], None] | None = None
 
     @classmethod
     @asynccontextmanager
@@ -154,6 +165,10 @@ class Engine:
         self.grammars = Grammars(loaded, self._batching.vocab_size)
         self.max_token_chars = tokenizer.max_token_chars
         self.context_length = context_length(model)
+        if options.tasks & {"embed", "rerank"}:
+            pooler = DecoderPooler(model)  # NotPoolable ends the load, saying why
+            self.hidden_size = int(pooler.body.embed_tokens.weight.shape[-1])
+            self._batching.pooled.pooler = pooler
         tokenizer.warm()
         self.load_seconds = time.perf_counter() - began
         gc.freeze()  # the model's and tokenizer's objects, as the worker's imports (see its preload)
@@ -192,7 +207,7 @@ class Engine:
         if self._batching.stopping:
             raise EngineStopped("the engine is shutting down")
         session = GenerationSession(request, wake_engine=self._batching.wake.set, tag=tag)
-        if not self._sessions:
+        if not self._sessions and not self._works:
             self._idle = anyio.Event()
         self._sessions.add(session)
         self._batching.intake.submit(session)
@@ -210,6 +225,50 @@ class Engine:
             session.cancel("client_disconnected", self._batching.counters.steps)
             session.close()
 
+    async def pool(self, work: PooledWork) -> PooledWork:
+        """Run an embedding or rerank request's inputs in the generation thread's pooled passes.
+
+        Returns the work with every result in, or with `error` set when the engine failed under
+        it. Leaving early (cancellation) drops its inputs not yet in a pass.
+        """
+        if self._batching.stopping:
+            raise EngineStopped("the engine is shutting down")
+        loop = self._loop
+        assert loop is not None
+        done = anyio.Event()
+
+        def finished(work: PooledWork) -> None:  # in the generation thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._pooled_finished, work, done)
+
+        work.on_finished = finished
+        if not self._sessions and not self._works:
+            self._idle = anyio.Event()
+        self._works.add(work)
+        self._batching.pooled.queue.submit(work)
+        try:
+            await done.wait()
+        finally:
+            if not work.finished:
+                work.cancel("client_disconnected")
+                self._batching.wake.set()
+        if work.cancel_reason == "shutdown":
+            raise EngineStopped("the engine is shutting down")
+        return work
+
+    def _pooled_finished(self, work: PooledWork, done: anyio.Event) -> None:
+        self._works.discard(work)
+        done.set()
+        if self.on_pooled is not None:
+            self.on_pooled(work)
+        self._finished.set()
+        self._finished = anyio.Event()
+        if not self._sessions and not self._works:
+            self._idle.set()
+
+    def pooled_statistics(self) -> PooledCounters:
+        return self._batching.pooled.counters
+
     @property
     def session_count(self) -> int:
         """Sessions submitted and not yet finished."""
@@ -221,6 +280,8 @@ class Engine:
     def cancel_all(self, reason: str) -> None:
         for session in list(self._sessions):
             session.cancel(reason, self._batching.counters.steps)
+        for work in list(self._works):
+            work.cancel(reason)
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -321,6 +382,6 @@ class Engine:
         if finished:
             self._finished.set()
             self._finished = anyio.Event()
-        if not self._sessions:
+        if not self._sessions and not self._works:
             self._idle.set()
 

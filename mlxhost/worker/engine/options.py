@@ -38,3 +38,10 @@ class EngineOptions:
     # In a worker group (group.py): how the model is split across the ranks of MLX's distributed
     # group, "tensor" or "pipeline"; this engine is rank 0's. None: a single worker.
     sharding: str | None = None
+    # What the model serves ("generate", "embed", "rerank"; mlxhost.model_tasks): a model that
+    # embeds or reranks gets pooled passes (pooled.py) between generation steps.
+    tasks: frozenset[str] = frozenset({"generate"})
+    # A pooled pass takes at most this many padded tokens (rows times the longest) and rows: the
+    # longest a generation step waits behind one, and the memory one holds.
+    pooled_batch_tokens: int = 16384
+    pooled_batch_rows: int = 256

@@ -127,6 +127,48 @@ class Tokenizer:
 
         return await self._run(encode)
 
+    async def render_many(
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]], template_args: Mapping[str, Any]
+    ) -> list[list[int]]:
+        """Each conversation's generation prompt, in one hop to the tokenizer thread."""
+        encoder = self._encoder
+
+        def render() -> list[list[int]]:
+            with self.lock:
+                return [
+                    list(
+                        encoder.apply_chat_template(
+                            [dict(m) for m in messages], add_generation_prompt=True, **template_args
+                        )
+                    )
+                    for messages in conversations
+                ]
+
+        return await self._run(render)
+
+    async def token_id(self, word: str) -> int:
+        """The id of the token that spells `word` (its first token, when it takes several)."""
+        encoder = self._encoder
+
+        def find() -> int:
+            with self.lock:
+                found = encoder.convert_tokens_to_ids(word)
+                if isinstance(found, int) and found != getattr(encoder, "unk_token_id", None):
+                    return found
+                return int(encoder.encode(word, add_special_tokens=False)[0])
+
+        return await self._run(find)
+
+    async def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids, with the tokenizer's special tokens (an embedding model's closing
+        token is added there), in one hop to the tokenizer thread."""
+
+        def encode() -> list[list[int]]:
+            with self.lock:
+                return [list(self._encoder.encode(text)) for text in texts]
+
+        return await self._run(encode)
+
     async def _run(self, encode: Callable[[], T]) -> T:
         # Always in the tokenizer thread, however short the prompt: how long a template takes
         # to render depends on more than its characters (100,000 empty messages took seconds),

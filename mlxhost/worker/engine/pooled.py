@@ -1,0 +1,165 @@
+"""Pooled forward passes: embeddings and rerank scores, in the generation thread, between steps.
+
+A decoder model that mlx-lm loads embeds by its final hidden states (the model's body without
+its output head): the last token's for last-token pooling (Qwen3-Embedding, e5-mistral,
+gte-Qwen2), or the mean over the input. A decoder reranker (Qwen3-Reranker) scores a prompt by
+the probability of "yes" against "no" as the next token, from the output head applied to the last
+position alone (not to every position, as a generation step's forward would).
+
+Inputs of one pass are padded on the right to the longest. Causal attention never lets a real
+token see the padding after it, and positions start at 0 in every row, so an input's vector is
+the one it has alone, to float tolerance. `PooledPasses.step` runs one pass over a batch from
+the queue (pooled_work.py); the generation thread calls it once between two generation steps, so
+neither kind of work starves the other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from mlxhost.worker.engine.pooled_work import PooledQueue, PooledWork, Row
+
+__all__ = ["DecoderPooler", "NotPoolable", "PooledCounters", "PooledPasses", "hidden_body"]
+
+logger = logging.getLogger("mlxhost.engine")
+
+POOLINGS = ("last", "mean", "cls")
+
+
+class NotPoolable(Exception):
+    """The model's hidden states cannot be read apart from its output head."""
+
+
+def hidden_body(model: Any) -> Any:
+    """The module that maps token ids to final (normalised) hidden states: mlx-lm's `model.model`,
+    or its language model's for a model that wraps one."""
+    for holder in (model, getattr(model, "language_model", None)):
+        body = getattr(holder, "model", None)
+        if body is not None and callable(body) and hasattr(body, "embed_tokens"):
+            return body
+    raise NotPoolable(
+        f"mlxhost cannot read the hidden states of a {type(model).__module__} model (it has no "
+        "'model' module with token embeddings)"
+    )
+
+
+class DecoderPooler:
+    """Embeddings and yes/no scores from a decoder model that mlx-lm loaded."""
+
+    def __init__(self, model: Any) -> None:
+        self.body = hidden_body(model)
+        head = getattr(model, "lm_head", None)
+        if head is None:
+            holder = getattr(model, "language_model", model)
+            head = getattr(holder, "lm_head", None)
+        # Tied embeddings: the output head is the token embedding read backwards.
+        self.head: Callable[[mx.array], mx.array] = head if head is not None else self.body.embed_tokens.as_linear
+
+    def hidden(self, rows: list[list[int]]) -> tuple[mx.array, mx.array]:
+        """Final hidden states [rows, longest, width] of right-padded inputs, and their lengths."""
+        longest = max(len(r) for r in rows)
+        padded = np.zeros((len(rows), longest), dtype=np.int32)
+        for at, row in enumerate(rows):
+            padded[at, : len(row)] = row
+        lengths = mx.array([len(r) for r in rows])
+        return self.body(mx.array(padded)), lengths
+
+    def embed(self, rows: list[list[int]], pooling: str) -> mx.array:
+        """One L2-normalised vector per input, float32 [rows, width]."""
+        hidden, lengths = self.hidden(rows)
+        hidden = hidden.astype(mx.float32)
+        if pooling == "last":
+            pooled = hidden[mx.arange(len(rows)), lengths - 1]
+        elif pooling == "cls":
+            pooled = hidden[:, 0]
+        else:  # mean over the real tokens only
+            mask = (mx.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(mx.float32)
+            pooled = (hidden * mask[..., None]).sum(axis=1) / lengths[:, None].astype(mx.float32)
+        norm = mx.sqrt((pooled * pooled).sum(axis=-1, keepdims=True))
+        return pooled / mx.maximum(norm, 1e-12)
+
+    def score(self, rows: list[list[int]], yes: int, no: int) -> mx.array:
+        """P("yes") against P("no") as each input's next token, float32 [rows]."""
+        hidden, lengths = self.hidden(rows)
+        last = hidden[mx.arange(len(rows)), lengths - 1]
+        logits = self.head(last[:, None, :])[:, 0, :].astype(mx.float32)
+        pair = mx.stack([logits[:, no], logits[:, yes]], axis=-1)
+        return mx.exp(nn.log_softmax(pair, axis=-1))[:, 1]
+
+
+@dataclass
+class PooledCounters:
+    passes: int = 0
+    inputs: int = 0  # pooled (embedded or scored)
+    tokens: int = 0  # in those inputs, unpadded
+    padded_tokens: int = 0  # what the passes computed, padding included
+    cancelled: int = 0  # inputs of cancelled requests never run
+    largest_pass: int = 0  # most inputs in one pass
+
+
+class PooledPasses:
+    """The generation thread's side of pooled work: one batch per call of `step`."""
+
+    def __init__(self, queue: PooledQueue, token_budget: int, max_rows: int) -> None:
+        self.queue = queue
+        self.token_budget = token_budget
+        self.max_rows = max_rows
+        self.pooler: DecoderPooler | None = None  # set at load, for a model that pools
+        self.counters = PooledCounters()
+
+    def step(self, paused: bool, stream: Any) -> bool:
+        """Drop cancelled work, then run one pass if any input waits, on `stream` (the generation's:
+        an MLX stream belongs to one thread); whether one ran."""
+        for work in self.queue.dropped():
+            self.counters.cancelled += sum(1 for r in work.results if r is None)
+            self._finish(work)
+        if paused or self.pooler is None:
+            return False
+        rows = self.queue.next_batch(self.token_budget, self.max_rows)
+        if not rows:
+            return False
+        with mx.stream(stream):
+            self._run(self.pooler, rows)
+        return True
+
+    def fail_all(self, message: str) -> None:
+        for work in self.queue.open_works():
+            work.error = message
+            self._finish(work)
+
+    def _run(self, pooler: DecoderPooler, rows: list[Row]) -> None:
+        counters = self.counters
+        inputs = [row.tokens for row in rows]
+        first = rows[0].work  # every row of a pass shares its pass_key
+        if first.kind == "embed":
+            out = pooler.embed(inputs, first.pooling)
+        else:
+            assert first.yes_no is not None
+            out = pooler.score(inputs, *first.yes_no)
+        mx.eval(out)
+        values = np.array(out, copy=False)
+        counters.passes += 1
+        counters.inputs += len(rows)
+        counters.tokens += sum(len(i) for i in inputs)
+        counters.padded_tokens += len(rows) * max(len(i) for i in inputs)
+        counters.largest_pass = max(counters.largest_pass, len(rows))
+        for at, row in enumerate(rows):
+            work = row.work
+            work.results[row.index] = values[at].copy() if values.ndim > 1 else float(values[at])
+            work.done += 1
+            if work.done == len(work.inputs):
+                self._finish(work)
+
+    def _finish(self, work: PooledWork) -> None:
+        if work.finished:
+            return
+        work.finished = True
+        self.queue.settle(work)
+        work.on_finished(work)
