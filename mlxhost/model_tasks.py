@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlxhost.wire.launch import TASKS
+
 __all__ = [
     "ENCODER_TYPES",
     "TASKS",
@@ -33,7 +35,6 @@ __all__ = [
     "task_list",
 ]
 
-TASKS = ("generate", "embed", "rerank")
 # config.json model_types that are bidirectional encoders: mlx-lm cannot load them.
 ENCODER_TYPES = frozenset(
     {"bert", "roberta", "xlm-roberta", "modernbert", "nomic_bert", "distilbert", "mpnet", "electra"}

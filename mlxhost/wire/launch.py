@@ -27,8 +27,6 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from mlxhost.model_tasks import TASKS
-
 __all__ = [
     "WORKER_EVENT",
     "EXIT_BAD_LAUNCH",
@@ -36,6 +34,7 @@ __all__ = [
     "HOST_PID",
     "PAUSE_LEASE_PATH",
     "PROTOCOL_VERSION",
+    "TASKS",
     "WORKER_READY",
     "WORKER_STANDBY",
     "WORKER_OPTIONS",
@@ -63,6 +62,10 @@ EXIT_GROUP_BROKEN = 3
 # The host's pid, in the environment of a worker group's processes: mlx.launch, between rank 0
 # and the host, never closes the ranks' stdin, so rank 0 watches this pid instead.
 HOST_PID = "MLXHOST_HOST_PID"
+
+
+# What a model serves (mlxhost.model_tasks): generation, embeddings, reranking.
+TASKS = ("generate", "embed", "rerank")
 
 
 class BadLaunchRecord(Exception):

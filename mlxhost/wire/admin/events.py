@@ -171,6 +171,8 @@ class SessionOpened(AdminEvent):
         data = super()._encode()
         if data["client"] is None:
             del data["client"]
+        if data["kind"] == "generate":  # as before embeddings had sessions
+            del data["kind"]
         return data
 
     @classmethod
@@ -188,6 +190,12 @@ class SessionProgressed(AdminEvent):
     tokens: int
     tokens_per_s: float
     inputs: int = 0  # an embed or rerank session's, once its worker finished them
+
+    def _encode(self) -> JSON:
+        data = super()._encode()
+        if not data["inputs"]:
+            del data["inputs"]
+        return data
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:

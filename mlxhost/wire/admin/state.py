@@ -145,6 +145,10 @@ class ModelRecord(Record):
         return super()._decode(data) | {"aliases": tuple(data["aliases"])}
 
 
+# A session record's fields left out of its JSON when they hold these.
+_SESSION_DEFAULTS: dict[str, Any] = {"kind": "generate", "inputs": 0, "prompt_tokens": 0}
+
+
 @dataclass(frozen=True, kw_only=True)
 class SessionRecord(Record):
     id: str
@@ -165,11 +169,14 @@ class SessionRecord(Record):
         data = super()._encode() | {"outcome": None if self.outcome is None else self.outcome.to_json()}
         if data["client"] is None:
             del data["client"]
+        for name, default in _SESSION_DEFAULTS.items():  # a generation's record reads as before
+            if data[name] == default:
+                del data[name]
         return data
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
-        data = {"kind": "generate", "inputs": 0, "prompt_tokens": 0, **data}  # from before pooled routes
+        data = {**_SESSION_DEFAULTS, **data}
         kept = {name: data[name] for name in field_names(cls) if name != "client"}
         client = data.get("client")
         outcome = optional(Outcome, data["outcome"])
