@@ -63,6 +63,7 @@ def create_host_app(
             Route("/v1/embeddings", embed, methods=["POST"]),
             Route("/v1/rerank", rerank, methods=["POST"]),
             Route("/rerank", rerank, methods=["POST"]),
+            Route("/v2/rerank", rerank, methods=["POST"]),  # Cohere's ClientV2
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),

@@ -6,7 +6,7 @@ requests the same way. In order, for each HTTP request:
     HTTP/2 without `http2`                     505  http2_disabled
     Host not naming this server (TCP)          403  host_not_allowed   (DNS rebinding)
     a browser Origin not in `cors_origins`     403  origin_not_allowed (cross-site requests)
-    /v1 without a valid key, when keys are set 401  invalid_api_key
+    /v1 without a valid key, when keys are set 401  invalid_api_key  (and /rerank, /v2/rerank)
     /admin without the admin token (TCP)       401  invalid_admin_token
     /health without a key, when keys are set   200  its status only (no paths, pids, sockets)
     a body that is not application/json        415  unsupported_media_type
@@ -54,6 +54,8 @@ _INTERNAL_PREFIX = INTERNAL_PREFIX.encode()
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _JSON_TYPES = (b"application/json",)
 _BODY_METHODS = frozenset({"POST"})  # the only method with a body that any route takes
+# The API's paths: /v1, and where rerank clients look for it (Jina's /rerank, Cohere's /v2/rerank).
+_API_PREFIXES, _API_PATHS = ("/v1/", "/v2/"), frozenset({"/v1", "/v2", "/rerank"})
 _DRAIN_BYTES, _DRAIN_SECONDS = 1 << 20, 5.0  # what a refused HTTP/2 request may still send
 
 
@@ -141,7 +143,7 @@ class FrontDoor:
         preflight = scope["method"] == "OPTIONS" and b"origin" in headers
         cache_scope = None
         if not preflight:  # browsers send no credentials with a CORS preflight
-            if path.startswith("/v1/") or path == "/v1":
+            if _is_api(path):
                 cache_scope = self._check_api_key(headers, unix)
             elif path.startswith("/admin/") and not unix:
                 self._check_admin_token(headers)
@@ -261,6 +263,11 @@ async def _drain(receive: Receive) -> None:
             read += len(message.get("body", b""))
             if message["type"] != "http.request" or not message.get("more_body", False):
                 return
+
+
+def _is_api(path: str) -> bool:
+    """Whether `path` is the API's, which API keys guard: /v1, and the rerank aliases beside it."""
+    return path.startswith(_API_PREFIXES) or path in _API_PATHS
 
 
 def _check_json(headers: dict[bytes, bytes]) -> None:

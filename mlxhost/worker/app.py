@@ -64,6 +64,7 @@ def create_app(engine: Engine, settings: Settings, model_id: str, kind: ModelKin
             Route("/v1/embeddings", serves("embed", embeddings), methods=["POST"]),
             Route("/v1/rerank", serves("rerank", rerank), methods=["POST"]),
             Route("/rerank", serves("rerank", rerank), methods=["POST"]),
+            Route("/v2/rerank", serves("rerank", rerank), methods=["POST"]),  # Cohere's ClientV2
             Route("/health", health, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
         ],

@@ -71,7 +71,9 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
 )
 async def test_v1_without_a_valid_key_is_a_401(keyed: Starlette, headers: dict[str, str]) -> None:
     async with client(keyed) as http:
-        for method, path in (("GET", "/v1/models"), ("GET", "/v1/models/tiny"), ("POST", CHAT)):
+        paths = (("GET", "/v1/models"), ("GET", "/v1/models/tiny"), ("POST", CHAT), ("POST", "/v1/embeddings"))
+        # The rerank aliases outside /v1 are the API's too.
+        for method, path in (*paths, ("POST", "/rerank"), ("POST", "/v2/rerank")):
             encoded = {k: v.encode() for k, v in headers.items()}  # UTF-8 bytes on the wire
             response = await http.request(method, path, headers=encoded, json=chat())
             assert response.status_code == 401, (path, response.text)
