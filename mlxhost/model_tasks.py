@@ -63,7 +63,7 @@ class ModelKind:
 
 
 def task_list(value: object) -> tuple[str, ...]:
-    """"generate", "embed" or "rerank", or a list of them"""
+    """ "generate", "embed" or "rerank", or a list of them"""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not items:
         raise ValueError

@@ -10,7 +10,9 @@ from typing import Final
 __all__ = ["QUERY_PROMPT", "write_sentence_transformers"]
 
 # Qwen3-Embedding's query instruction, from its config_sentence_transformers.json.
-QUERY_PROMPT: Final = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+QUERY_PROMPT: Final = (
+    "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+)
 
 
 def write_sentence_transformers(directory: Path) -> None:
@@ -31,7 +33,11 @@ def write_sentence_transformers(directory: Path) -> None:
     (directory / "2_Normalize").mkdir()
     _write(
         directory / "config_sentence_transformers.json",
-        {"prompts": {"query": QUERY_PROMPT, "document": ""}, "default_prompt_name": None, "similarity_fn_name": "cosine"},
+        {
+            "prompts": {"query": QUERY_PROMPT, "document": ""},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
     )
     config["is_matryoshka"] = True
     _write(directory / "config.json", config)

@@ -159,7 +159,9 @@ def test_rerank_orders_by_score_and_honours_top_n(host: RunningHost) -> None:
     documents = ["the cat sat", {"text": "dogs bark"}, "a cat is a small feline", "stock prices", "x"]
     with host.http(timeout=60) as http:
         whole = http.post("/v1/rerank", json={"model": RERANK, "query": "cats", "documents": documents})
-        top = http.post("/rerank", json={"query": "cats", "documents": documents, "top_n": 2, "return_documents": False})
+        top = http.post(
+            "/rerank", json={"query": "cats", "documents": documents, "top_n": 2, "return_documents": False}
+        )
     assert whole.status_code == 200, whole.text
     results = whole.json()["results"]
     scores = [r["relevance_score"] for r in results]
@@ -168,7 +170,9 @@ def test_rerank_orders_by_score_and_honours_top_n(host: RunningHost) -> None:
     texts = [d if isinstance(d, str) else d["text"] for d in documents]
     assert all(r["document"]["text"] == texts[r["index"]] for r in results)
     assert top.json()["model"] == RERANK  # no model named: the one that reranks
-    assert top.json()["results"] == [{"index": r["index"], "relevance_score": r["relevance_score"]} for r in results[:2]]
+    assert top.json()["results"] == [
+        {"index": r["index"], "relevance_score": r["relevance_score"]} for r in results[:2]
+    ]
 
 
 def test_rerank_refuses_what_it_cannot_score(host: RunningHost) -> None:
@@ -191,7 +195,10 @@ def pooled(host: RunningHost) -> dict[str, Any]:
 def test_a_client_that_leaves_mid_batch_frees_its_rows(host: RunningHost) -> None:
     vectors(embed(host, input="warm"))  # loaded, in whatever order the tests run
     before = pooled(host)
-    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=host.url or "", timeout=httpx.Timeout(60, read=1.5)) as http:
+    with (
+        pytest.raises(httpx.ReadTimeout),
+        httpx.Client(base_url=host.url or "", timeout=httpx.Timeout(60, read=1.5)) as http,
+    ):
         http.post("/v1/embeddings", json=long_request())
     after = wait_until(lambda: (p := pooled(host))["cancelled"] > before["cancelled"] and p)
     assert after["inputs"] - before["inputs"] < 2048  # most of its inputs never ran
@@ -214,5 +221,7 @@ def test_a_worker_killed_during_a_batch_gives_a_clean_error_and_comes_back(host:
     request.join(60)
     assert answer and answer[0].status_code in (502, 503), answer[0].text
     assert "worker" in answer[0].json()["error"]["message"]
-    wait_until(lambda: (w := host.worker(EMBED))["state"] == "ready" and w["pid"] not in (None, old), timeout=60)
+    wait_until(
+        lambda: (w := host.worker(EMBED))["state"] == "ready" and w["pid"] not in (None, old), timeout=60
+    )
     assert vectors(embed(host, input="back")).shape == (1, 64)

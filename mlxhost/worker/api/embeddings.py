@@ -67,9 +67,7 @@ def _check_dimensions(service: Serving, dimensions: int | None) -> None:
         )
 
 
-def vectors_body(
-    vectors: list[Any], dimensions: int | None, encoding: str, model: str, tokens: int
-) -> bytes:
+def vectors_body(vectors: list[Any], dimensions: int | None, encoding: str, model: str, tokens: int) -> bytes:
     """The answer's JSON: each vector cut to `dimensions` (normalised again), as floats or base64."""
     data = []
     for index, vector in enumerate(vectors):

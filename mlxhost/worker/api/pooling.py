@@ -18,6 +18,7 @@ from mlxhost.worker.engine.pooled_work import Kind, PooledWork
 
 __all__ = ["check_task", "fit", "not_served", "run_pooled", "token_lists"]
 
+
 def check_task(service: Serving, task: str) -> None:
     """A 400 naming `model` when the model does not serve `task`."""
     if task not in service.kind.tasks:

@@ -25,7 +25,7 @@ __all__ = ["SYSTEM", "rerank", "rerank_conversation"]
 
 # Qwen3-Reranker's, from its model card: the model was trained on exactly these words.
 SYSTEM = (
-    'Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
+    "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
     'Note that the answer can only be "yes" or "no".'
 )
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"

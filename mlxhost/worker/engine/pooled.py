@@ -60,7 +60,9 @@ class DecoderPooler:
             holder = getattr(model, "language_model", model)
             head = getattr(holder, "lm_head", None)
         # Tied embeddings: the output head is the token embedding read backwards.
-        self.head: Callable[[mx.array], mx.array] = head if head is not None else self.body.embed_tokens.as_linear
+        self.head: Callable[[mx.array], mx.array] = (
+            head if head is not None else self.body.embed_tokens.as_linear
+        )
 
     def hidden(self, rows: list[list[int]]) -> tuple[mx.array, mx.array]:
         """Final hidden states [rows, longest, width] of right-padded inputs, and their lengths."""
