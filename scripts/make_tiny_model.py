@@ -2,6 +2,7 @@
 
 python scripts/make_tiny_model.py DIR [--size tiny|bench|sliding|pipelined|agent] [--seed N]
                                       [--family json_tools|qwen3_coder|glm47|...]
+                                      [--task generate|embed|rerank]
 """
 
 from __future__ import annotations
@@ -29,10 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         default=demo.DEFAULT_FAMILY,
         help="the tool-call family whose chat template and special tokens the model gets",
     )
+    parser.add_argument(
+        "--task",
+        choices=["generate", "embed", "rerank"],
+        default="generate",
+        help="embed: an embedding model (sentence-transformers files); rerank: a reranker's weights",
+    )
     args = parser.parse_args(argv)
 
     try:
-        path = demo.make_model(args.directory, args.size, args.seed, args.family)
+        path = demo.make_model(args.directory, args.size, args.seed, args.family, args.task)
     except FileExistsError as exc:
         parser.error(str(exc))
     print(path)

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from mlxhost.wire.anthropic import CountTokensRequest, MessagesRequest
+from mlxhost.wire.embeddings import EmbeddingRequest, RerankRequest
 from mlxhost.wire.openai import ChatCompletionRequest, CompletionRequest
 from mlxhost.wire.responses import ResponsesRequest
 
@@ -42,6 +43,19 @@ def _generation_route(model: str, summary: str, error: str = "Error") -> dict[st
     }
 
 
+def _pooled_route(model: str, summary: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, **_json({"$ref": f"#/components/schemas/{model}"})},
+            "responses": {
+                "200": {"description": "the answer", **_json({"type": "object"})},
+                **_errors(400, 413, 429, 500, 503),
+            },
+        }
+    }
+
+
 @cache
 def openapi_document() -> dict[str, Any]:
     _, definitions = models_json_schema(
@@ -51,6 +65,8 @@ def openapi_document() -> dict[str, Any]:
             (ResponsesRequest, "validation"),
             (MessagesRequest, "validation"),
             (CountTokensRequest, "validation"),
+            (EmbeddingRequest, "validation"),
+            (RerankRequest, "validation"),
         ],
         ref_template="#/components/schemas/{model}",
     )
@@ -108,6 +124,8 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/embeddings": _pooled_route("EmbeddingRequest", "Embeddings of texts or token ids"),
+            "/v1/rerank": _pooled_route("RerankRequest", "Documents ranked by relevance to a query"),
             "/v1/models": {
                 "get": {
                     "summary": "Served models",

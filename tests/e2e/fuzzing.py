@@ -30,7 +30,9 @@ COMPLETIONS = "/v1/completions"
 RESPONSES = "/v1/responses"
 ANTHROPIC = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
-ROUTES = (CHAT, COMPLETIONS, RESPONSES, ANTHROPIC, COUNT_TOKENS)
+EMBEDDINGS = "/v1/embeddings"
+RERANK = "/v1/rerank"
+ROUTES = (CHAT, COMPLETIONS, RESPONSES, ANTHROPIC, COUNT_TOKENS, EMBEDDINGS, RERANK)
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
@@ -39,8 +41,11 @@ def chat(**fields: Any) -> dict[str, Any]:
 
 
 def start_fuzz_host(tiny_model: Path, *args: str, env: dict[str, str] | None = None) -> RunningHost:
-    """A host serving the tiny model with the fuzz limits (`SERVE_ARGS`), and `args`."""
-    return start_host("--model", str(tiny_model), *SERVE_ARGS, *args, env=env)
+    """A host serving the tiny model, for every route (generation, embeddings, rerank: one worker),
+    with the fuzz limits (`SERVE_ARGS`), and `args`."""
+    config = tiny_model.parent / "fuzz-models.toml"
+    config.write_text(f'[[model]]\npath = "{tiny_model}"\ntask = ["generate", "embed", "rerank"]\n')
+    return start_host("--config", str(config), *SERVE_ARGS, *args, env=env)
 
 
 # -- fixtures ---------------------------------------------------------------------------------
@@ -186,6 +191,11 @@ def check_success(response: Any) -> None:
     elif path.endswith(ANTHROPIC):
         assert body["type"] == "message", where
         assert body["stop_reason"] in ("end_turn", "max_tokens", "stop_sequence", "tool_use"), where
+    elif path.endswith(EMBEDDINGS):
+        assert body["object"] == "list" and body["data"] and body["usage"]["prompt_tokens"] > 0, where
+    elif path.endswith(RERANK):
+        scores = [r["relevance_score"] for r in body["results"]]
+        assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores), where
     else:
         assert body["object"] in ("chat.completion", "text_completion"), where
         assert body["choices"] and body["choices"][0]["finish_reason"] in FINISHES, where
