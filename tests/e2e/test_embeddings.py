@@ -9,6 +9,7 @@ are in test_embedding_clients.py; the pure parts in tests/unit/test_pooled_*.py.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import threading
@@ -225,3 +226,30 @@ def test_a_worker_killed_during_a_batch_gives_a_clean_error_and_comes_back(host:
         lambda: (w := host.worker(EMBED))["state"] == "ready" and w["pid"] not in (None, old), timeout=60
     )
     assert vectors(embed(host, input="back")).shape == (1, 64)
+
+
+def test_embeddings_past_the_queue_get_a_429(tmp_path: Path) -> None:
+    embedder = make_model(tmp_path / "embed", task="embed")
+    config = tmp_path / "one.toml"
+    config.write_text(f'[[model]]\nid = "{EMBED}"\npath = "{embedder}"\nmax_active = 1\nmax_queued = 0\n')
+    with start_host("--config", str(config)) as narrow:
+        vectors(embed(narrow, input="warm"))
+        passes = pooled(narrow)["passes"]
+        leaving = threading.Thread(target=_leave_after, args=(narrow, 4.0))
+        leaving.start()
+        wait_until(lambda: pooled(narrow)["passes"] > passes)  # it holds the one slot
+        refused = embed(narrow, input="more")
+        leaving.join()
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        assert "at capacity" in refused.json()["error"]["message"]
+        # Its slot is free once it left: the next request is served.
+        wait_until(lambda: narrow.health()["admission"][EMBED]["active"] == 0)
+        assert vectors(embed(narrow, input="more")).shape == (1, 64)
+
+
+def _leave_after(host: RunningHost, seconds: float) -> None:
+    with (
+        contextlib.suppress(httpx.ReadTimeout),
+        httpx.Client(base_url=host.url or "", timeout=httpx.Timeout(60, read=seconds)) as http,
+    ):
+        http.post("/v1/embeddings", json=long_request())
