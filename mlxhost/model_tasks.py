@@ -7,10 +7,11 @@
 
 Detected when a [[model]] does not say: a sentence-transformers model (`modules.json` or
 `config_sentence_transformers.json` beside its weights) embeds, with the pooling its Pooling
-module names and the prompts (a query's instruction) its config lists; a `*ForSequenceClassification`
-architecture reranks; an encoder architecture (BERT, XLM-R, ModernBERT) embeds. Anything else
-generates. A decoder reranker (Qwen3-Reranker) is a causal LM in its files, so its [[model]] says
-`task = "rerank"`.
+module names and the prompts (a query's instruction) its config lists; a
+`*ForSequenceClassification` architecture reranks (a cross-encoder, which mlx-embeddings cannot
+run yet: refused at start); an encoder architecture (BERT, XLM-R, ModernBERT) embeds. Anything
+else generates. A decoder reranker (Qwen3-Reranker) is a causal LM in its files, so its
+[[model]] says `task = "rerank"`.
 
 Encoders are served through mlx-embeddings, an optional extra; `encoder_problem` says what to
 install when it is missing. Nothing here imports MLX: the parent reads this before any worker runs.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,10 @@ __all__ = [
     "task_list",
 ]
 
-# config.json model_types that are bidirectional encoders: mlx-lm cannot load them.
-ENCODER_TYPES = frozenset(
-    {"bert", "roberta", "xlm-roberta", "modernbert", "nomic_bert", "distilbert", "mpnet", "electra"}
-)
+# config.json model_types (dashes as underscores) that are bidirectional encoders: mlx-lm cannot
+# load them. mlx-embeddings 0.1 runs the first three (worker/engine/encoders.py).
+SERVED_ENCODERS = frozenset({"bert", "xlm_roberta", "modernbert"})
+ENCODER_TYPES = SERVED_ENCODERS | {"roberta", "nomic_bert", "distilbert", "mpnet", "electra"}
 POOLING_MODES = {
     "pooling_mode_lasttoken": "last",
     "pooling_mode_mean_tokens": "mean",
@@ -55,11 +56,10 @@ class ModelKind:
     encoder: bool = False  # a bidirectional encoder (served through mlx-embeddings)
     matryoshka: bool = False  # trained so that a vector's leading dimensions embed on their own
     prompts: dict[str, str] = field(default_factory=dict)  # by input type: "query", "document"
+    model_type: str = ""  # config.json's, dashes as underscores
 
     def with_tasks(self, tasks: tuple[str, ...] | None) -> ModelKind:
-        if tasks is None:
-            return self
-        return ModelKind(tasks, self.pooling, self.encoder, self.matryoshka, self.prompts)
+        return self if tasks is None else replace(self, tasks=tasks)
 
 
 def task_list(value: object) -> tuple[str, ...]:
@@ -76,8 +76,8 @@ def task_list(value: object) -> tuple[str, ...]:
 def detect(path: Path) -> ModelKind:
     """What the model directory at `path` is for; a generation model when its files do not say."""
     config = _json(path / "config.json")
-    model_type = str(config.get("model_type", "")).lower().replace("_", "-")
-    encoder = model_type in ENCODER_TYPES or model_type.replace("-", "_") in ENCODER_TYPES
+    model_type = _model_type(config)
+    encoder = model_type in ENCODER_TYPES
     architectures = [str(a) for a in config.get("architectures") or ()]
     matryoshka = bool(config.get("is_matryoshka") or config.get("matryoshka_dimensions"))
     sentence = _json(path / "config_sentence_transformers.json")
@@ -91,17 +91,28 @@ def detect(path: Path) -> ModelKind:
         tasks = ("generate",)
     if pooling is None:
         pooling = "cls" if encoder else "last"
-    return ModelKind(tasks, pooling, encoder, matryoshka, prompts)
+    return ModelKind(tasks, pooling, encoder, matryoshka, prompts, model_type)
 
 
 def encoder_problem(kind: ModelKind) -> str | None:
     """Why an encoder model cannot be served here; None when it can (or is no encoder)."""
-    if not kind.encoder or importlib.util.find_spec("mlx_embeddings") is not None:
+    if not kind.encoder:
         return None
-    return (
-        "it is an encoder model (BERT-like), served through mlx-embeddings, which is not "
-        "installed: pip install 'mlxhost[embeddings]'"
-    )
+    if kind.model_type not in SERVED_ENCODERS:
+        served = ", ".join(sorted(SERVED_ENCODERS))
+        return f"it is a {kind.model_type} encoder, and mlx-embeddings runs only {served} encoders"
+    if kind.tasks != ("embed",):
+        return 'an encoder model embeds (task = "embed"); it cannot generate or rerank here'
+    if importlib.util.find_spec("mlx_embeddings") is None:
+        return (
+            "it is an encoder model (BERT-like), served through mlx-embeddings, which is not "
+            "installed: pip install 'mlxhost[embeddings]'"
+        )
+    return None
+
+
+def _model_type(config: dict[str, Any]) -> str:
+    return str(config.get("model_type", "")).lower().replace("-", "_")
 
 
 def _pooling(path: Path) -> str | None:

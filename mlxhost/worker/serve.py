@@ -42,7 +42,7 @@ def engine_options(
     settings: Settings,
     adapter_path: str | None = None,
     sharding: str | None = None,
-    tasks: tuple[str, ...] = ("generate",),
+    kind: ModelKind = ModelKind(),
 ) -> EngineOptions:
     """The engine a worker runs for `settings` (every rank of a group builds the same one)."""
     return EngineOptions(
@@ -60,7 +60,8 @@ def engine_options(
         publish_interval=min(settings.stream_interval / 2, PUBLISH_INTERVAL_MAX),
         adapter_path=adapter_path,
         sharding=sharding,
-        tasks=frozenset(tasks),
+        tasks=frozenset(kind.tasks),
+        encoder=kind.encoder,
     )
 
 
@@ -77,7 +78,7 @@ async def serve_model(
     kind: ModelKind = ModelKind(),
 ) -> None:
     """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
-    options = engine_options(settings, adapter_path, sharding, kind.tasks)
+    options = engine_options(settings, adapter_path, sharding, kind)
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id, kind)
         # Behind a parent, the parent is the one client: its admission bounds what it sends, and a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 from mlxhost.demo import make_model
+from mlxhost.demo.encoder import make_encoder_model
 from mlxhost.testing import RunningHost, start_host, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -253,3 +255,30 @@ def _leave_after(host: RunningHost, seconds: float) -> None:
         httpx.Client(base_url=host.url or "", timeout=httpx.Timeout(60, read=seconds)) as http,
     ):
         http.post("/v1/embeddings", json=long_request())
+
+
+def test_an_encoder_model_embeds_through_mlx_embeddings(tmp_path: Path) -> None:
+    pytest.importorskip("mlx_embeddings")  # the extra, which the test extra installs
+    encoder = make_encoder_model(tmp_path / "bert", pooling="mean")
+    with start_host("--model", f"bert={encoder}") as bert:
+        with bert.http(timeout=60) as http:
+            alone = http.post("/v1/embeddings", json={"input": TEXTS[1]})
+            batch = http.post("/v1/embeddings", json={"input": [TEXTS[0], TEXTS[1], "x y z " * 20]})
+            chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+            too_long = http.post("/v1/embeddings", json={"input": "word " * 400})
+        assert vectors(alone).shape == (1, 32)
+        assert np.abs(vectors(batch)[1] - vectors(alone)[0]).max() < 1e-4  # padding is masked out
+        assert (
+            chat.status_code == 400
+            and "does not serve /v1/chat/completions" in chat.json()["error"]["message"]
+        )
+        assert too_long.status_code == 400 and "context is 128 tokens" in too_long.json()["error"]["message"]
+        assert bert.worker_health()["tasks"] == ["embed"]
+
+
+def test_an_encoder_mlx_embeddings_cannot_run_is_refused_at_start(tmp_path: Path) -> None:
+    encoder = make_encoder_model(tmp_path / "roberta")
+    config = json.loads((encoder / "config.json").read_text())
+    (encoder / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
+    with pytest.raises(RuntimeError, match="roberta encoder, and mlx-embeddings runs only"):
+        start_host("--model", str(encoder))

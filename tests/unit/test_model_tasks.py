@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def model_dir(path: Path, **config: object) -> Path:
 
 
 def test_a_causal_lm_generates(tmp_path: Path) -> None:
-    assert detect(model_dir(tmp_path / "m")) == ModelKind()
+    assert detect(model_dir(tmp_path / "m")) == ModelKind(model_type="llama")
 
 
 def test_a_sentence_transformers_model_embeds_with_its_pooling_and_prompts(tmp_path: Path) -> None:
@@ -51,13 +52,28 @@ def test_a_sequence_classifier_reranks(tmp_path: Path) -> None:
     assert detect(path).tasks == ("rerank",) and detect(path).pooling == "cls"
 
 
-def test_an_encoder_without_mlx_embeddings_is_refused_with_the_install_command(tmp_path: Path) -> None:
+def test_an_encoder_without_mlx_embeddings_is_refused_with_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kind = detect(model_dir(tmp_path / "m", model_type="bert"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "mlx_embeddings" else real(name)
+    )
     problem = encoder_problem(kind)
-    if problem is None:
-        pytest.skip("mlx-embeddings is installed: the encoder is served")
-    assert "pip install 'mlxhost[embeddings]'" in problem
+    assert problem is not None and "pip install 'mlxhost[embeddings]'" in problem
     assert encoder_problem(ModelKind()) is None
+
+
+def test_an_encoder_is_refused_for_what_mlx_embeddings_cannot_do(tmp_path: Path) -> None:
+    roberta = detect(model_dir(tmp_path / "r", model_type="roberta"))
+    assert "mlx-embeddings runs only bert, modernbert, xlm_roberta" in (encoder_problem(roberta) or "")
+    classifier = detect(
+        model_dir(
+            tmp_path / "c", model_type="xlm-roberta", architectures=["XLMRobertaForSequenceClassification"]
+        )
+    )
+    assert "cannot generate or rerank" in (encoder_problem(classifier) or "")
 
 
 def test_a_configured_task_wins_over_the_files(tmp_path: Path) -> None:

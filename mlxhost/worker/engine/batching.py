@@ -37,7 +37,7 @@ from mlxhost.worker.engine.pooled import PooledPasses
 from mlxhost.worker.engine.pooled_work import PooledQueue
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
-__all__ = ["Batching", "Counters", "EngineFailed", "Outputs"]
+__all__ = ["Batching", "Counters", "EngineFailed", "EngineStatistics", "Outputs"]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -60,6 +60,21 @@ class Counters:
     failed: int = 0
     largest_batch: int = 0
     cancel_lags: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EngineStatistics:
+    active: int  # sessions in the batch (prefilling or decoding)
+    waiting: int  # submitted, not yet in the batch
+    steps: int
+    prompt_tokens: int
+    generated_tokens: int
+    completed: int
+    cancelled: int
+    failed: int
+    largest_batch: int  # most sequences decoded in one step so far
+    last_cancel_lag_steps: int | None  # steps between cancel() and leaving the batch
+    max_cancel_lag_steps: int | None
 
 
 class Batching:
@@ -103,6 +118,22 @@ class Batching:
         # Whether to keep a snapshot at the end of each prompt: set by the engine at load for a
         # model whose cache may become untrimmable (a trimmable one's final entry covers it).
         self.snapshots = False
+
+    def statistics(self) -> EngineStatistics:
+        c = self.counters
+        return EngineStatistics(
+            active=len(self.rows),
+            waiting=self.intake.waiting,
+            steps=c.steps,
+            prompt_tokens=c.prompt_tokens,
+            generated_tokens=c.generated_tokens,
+            completed=c.completed,
+            cancelled=c.cancelled,
+            failed=c.failed,
+            largest_batch=c.largest_batch,
+            last_cancel_lag_steps=c.cancel_lags[-1] if c.cancel_lags else None,
+            max_cancel_lag_steps=max(c.cancel_lags) if c.cancel_lags else None,
+        )
 
     def run(self, generator: Any, tokenizer: Tokenizer, started: Callable[[], object]) -> None:
         """The thread's loop, until `stopping` with nothing left to do; closes `generator`."""

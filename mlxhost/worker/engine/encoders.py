@@ -21,7 +21,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-__all__ = ["ENCODER_MODULES", "EncoderNotSupported", "EncoderPooler", "load_encoder"]
+__all__ = ["ENCODER_MODULES", "EncoderNotSupported", "EncoderPooler", "NoGeneration", "load_encoder"]
 
 # config.json model_type (dashes as underscores) -> the mlx-embeddings 0.1 module that runs it.
 # mlx-embeddings has no module for roberta, nomic_bert, distilbert, mpnet or electra.
@@ -84,6 +84,17 @@ class EncoderPooler:
     def score(self, rows: list[list[int]], yes: int, no: int) -> mx.array:
         """An encoder has no next-token head: a cross-encoder reranker is not served this way."""
         raise EncoderNotSupported("an encoder model embeds; it cannot score yes/no as a reranker")
+
+
+class NoGeneration:
+    """What the generation thread steps for an encoder: nothing. The thread's loop (batching.py)
+    still runs its pooled passes, on this stream, made in that thread."""
+
+    def __init__(self) -> None:
+        self.stream = mx.new_stream(mx.default_device())
+
+    def close(self) -> None:
+        mx.synchronize(self.stream)
 
 
 def load_encoder(path: Path) -> tuple[EncoderPooler, Any]:

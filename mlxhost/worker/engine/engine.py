@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,8 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxhost.worker.cache.memory import PromptCacheStatistics
-from mlxhost.worker.engine.batching import Batching, Outputs
+from mlxhost.worker.engine.batching import Batching, EngineStatistics, Outputs
+from mlxhost.worker.engine.encoders import NoGeneration, load_encoder
 from mlxhost.worker.engine.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.engine.grammar_compiler import Grammars
 from mlxhost.worker.engine.group import LeadingGenerator, Link
@@ -48,21 +48,6 @@ from mlxhost.worker.engine.pooled_work import PooledWork
 from mlxhost.worker.engine.tokenizer import Tokenizer, context_length
 
 __all__ = ["Engine", "EngineStatistics", "EngineStopped"]
-
-
-@dataclass(frozen=True)
-class EngineStatistics:
-    active: int  # sessions in the batch (prefilling or decoding)
-    waiting: int  # submitted, not yet in the batch
-    steps: int
-    prompt_tokens: int
-    generated_tokens: int
-    completed: int
-    cancelled: int
-    failed: int
-    largest_batch: int  # most sequences decoded in one step so far
-    last_cancel_lag_steps: int | None  # steps between cancel() and leaving the batch
-    max_cancel_lag_steps: int | None
 
 
 class EngineStopped(Exception):
@@ -156,6 +141,9 @@ class Engine:
 
     def _thread_main(self, started: Callable[[], object]) -> None:
         """The generation thread: load the model, then batch until the engine stops."""
+        if self.options.encoder:
+            self._serve_encoder(started)
+            return
         began = time.perf_counter()
         options = self.options
         model, loaded, self.ranks = load_model(self.model_path, options)
@@ -167,7 +155,7 @@ class Engine:
         self.context_length = context_length(model)
         if options.tasks & {"embed", "rerank"}:
             pooler = DecoderPooler(model)  # NotPoolable ends the load, saying why
-            self.hidden_size = int(pooler.body.embed_tokens.weight.shape[-1])
+            self.hidden_size = int(model.args.hidden_size)
             self._batching.pooled.pooler = pooler
         tokenizer.warm()
         self.load_seconds = time.perf_counter() - began
@@ -184,6 +172,22 @@ class Engine:
         finally:
             if disk is not None:
                 disk.close()  # the queued writes finish first
+
+    def _serve_encoder(self, started: Callable[[], object]) -> None:
+        """An encoder (mlx-embeddings) embeds and does nothing else: no generator, no prompt cache."""
+        began = time.perf_counter()
+        pooler, loaded = load_encoder(self.model_path)
+        tokenizer = self._tokenizer = Tokenizer(loaded)
+        self.vocab_size = tokenizer.vocab_size
+        self.max_token_chars = tokenizer.max_token_chars
+        # Enforced: BERT's position table ends at 512, and a longer input would read past it.
+        self.context_length = pooler.context_length
+        self.hidden_size = pooler.hidden_size
+        self._batching.pooled.pooler = pooler
+        self.kv_layout = KVLayout(False, "an encoder generates nothing")
+        self.load_seconds = time.perf_counter() - began
+        gc.freeze()
+        self._batching.run(NoGeneration(), tokenizer, started)
 
     # -- event loop side ---------------------------------------------------------------------
 
@@ -290,20 +294,7 @@ class Engine:
         await self._finished.wait()
 
     def statistics(self) -> EngineStatistics:
-        c = self._batching.counters
-        return EngineStatistics(
-            active=len(self._batching.rows),
-            waiting=self._batching.intake.waiting,
-            steps=c.steps,
-            prompt_tokens=c.prompt_tokens,
-            generated_tokens=c.generated_tokens,
-            completed=c.completed,
-            cancelled=c.cancelled,
-            failed=c.failed,
-            largest_batch=c.largest_batch,
-            last_cancel_lag_steps=c.cancel_lags[-1] if c.cancel_lags else None,
-            max_cancel_lag_steps=max(c.cancel_lags) if c.cancel_lags else None,
-        )
+        return self._batching.statistics()
 
     def prompt_cache_statistics(self) -> PromptCacheStatistics:
         return self._prompt_cache.statistics()

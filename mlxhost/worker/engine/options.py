@@ -41,6 +41,8 @@ class EngineOptions:
     # What the model serves ("generate", "embed", "rerank"; mlxhost.model_tasks): a model that
     # embeds or reranks gets pooled passes (pooled.py) between generation steps.
     tasks: frozenset[str] = frozenset({"generate"})
+    # A bidirectional encoder (BERT-like), loaded through mlx-embeddings (encoders.py): it embeds.
+    encoder: bool = False
     # A pooled pass takes at most this many padded tokens (rows times the longest) and rows: the
     # longest a generation step waits behind one, and the memory one holds.
     pooled_batch_tokens: int = 16384

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -26,11 +26,19 @@ import numpy as np
 
 from mlxhost.worker.engine.pooled_work import PooledQueue, PooledWork, Row
 
-__all__ = ["DecoderPooler", "NotPoolable", "PooledCounters", "PooledPasses", "hidden_body"]
+__all__ = ["DecoderPooler", "NotPoolable", "PooledCounters", "PooledPasses", "Pooler", "hidden_body"]
 
 logger = logging.getLogger("mlxhost.engine")
 
 POOLINGS = ("last", "mean", "cls")
+
+
+class Pooler(Protocol):
+    """A model's pooled passes: DecoderPooler here, EncoderPooler (encoders.py) for an encoder."""
+
+    def embed(self, rows: list[list[int]], pooling: str) -> mx.array: ...
+
+    def score(self, rows: list[list[int]], yes: int, no: int) -> mx.array: ...
 
 
 class NotPoolable(Exception):
@@ -113,7 +121,7 @@ class PooledPasses:
         self.queue = queue
         self.token_budget = token_budget
         self.max_rows = max_rows
-        self.pooler: DecoderPooler | None = None  # set at load, for a model that pools
+        self.pooler: Pooler | None = None  # set at load, for a model that pools
         self.counters = PooledCounters()
 
     def step(self, paused: bool, stream: Any) -> bool:
@@ -136,7 +144,7 @@ class PooledPasses:
             work.error = message
             self._finish(work)
 
-    def _run(self, pooler: DecoderPooler, rows: list[Row]) -> None:
+    def _run(self, pooler: Pooler, rows: list[Row]) -> None:
         counters = self.counters
         inputs = [row.tokens for row in rows]
         first = rows[0].work  # every row of a pass shares its pass_key
