@@ -85,7 +85,7 @@ class Batching:
         prompt_cache: PromptCache,
         publish_interval: float,
         hand_over: Callable[[Outputs], None],
-        pooled_budget: tuple[int, int] = (16384, 256),
+        pooled_budget: tuple[int, int, float] = (16384, 256, 0.05),
     ) -> None:
         # Touched by the event loop too: sessions come in through `intake` and embedding and
         # rerank inputs through `pooled.queue`, `wake` rouses the thread, `stopping` ends it once
@@ -147,7 +147,8 @@ class Batching:
                     self._take_incoming(generator)
                     self._remove_cancelled(generator)
                     # One pooled pass (embeddings, rerank) between two generation steps.
-                    pooled = self.pooled.step(self.paused, getattr(generator, "stream", None))
+                    stream = getattr(generator, "stream", None)
+                    pooled = self.pooled.step(self.paused, stream, decoding=bool(self.rows))
                     if not self.rows:
                         if pooled:
                             continue

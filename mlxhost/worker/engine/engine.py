@@ -78,7 +78,7 @@ class Engine:
             self._prompt_cache,
             options.publish_interval,
             self._hand_over,
-            (options.pooled_batch_tokens, options.pooled_batch_rows),
+            (options.pooled_batch_tokens, options.pooled_batch_rows, options.prefill_chunk_seconds),
         )
         self._works: set[PooledWork] = set()  # embedding and rerank requests open; on the loop only
         self._batching.on_quiet = self._report_quiet

@@ -44,6 +44,7 @@ class EngineOptions:
     # A bidirectional encoder (BERT-like), loaded through mlx-embeddings (encoders.py): it embeds.
     encoder: bool = False
     # A pooled pass takes at most this many padded tokens (rows times the longest) and rows: the
-    # longest a generation step waits behind one, and the memory one holds.
+    # memory one holds. While streams decode, a pass is cut to about prefill_chunk_seconds of
+    # work, so that they wait no longer behind embeddings than behind a joining prompt.
     pooled_batch_tokens: int = 16384
     pooled_batch_rows: int = 256

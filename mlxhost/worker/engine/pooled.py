@@ -16,6 +16,7 @@ neither kind of work starves the other.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -117,26 +118,40 @@ class PooledCounters:
 class PooledPasses:
     """The generation thread's side of pooled work: one batch per call of `step`."""
 
-    def __init__(self, queue: PooledQueue, token_budget: int, max_rows: int) -> None:
+    def __init__(
+        self, queue: PooledQueue, token_budget: int, max_rows: int, beside_seconds: float = 0.05
+    ) -> None:
         self.queue = queue
         self.token_budget = token_budget
         self.max_rows = max_rows
+        # While streams decode, a pass takes about this long at most (the prefill chunk's time):
+        # the longest a running stream waits for embeddings beside it.
+        self.beside_seconds = beside_seconds
+        self._tokens_per_second: float | None = None  # padded tokens, measured over the last passes
         self.pooler: Pooler | None = None  # set at load, for a model that pools
         self.counters = PooledCounters()
 
-    def step(self, paused: bool, stream: Any) -> bool:
+    def step(self, paused: bool, stream: Any, decoding: bool = False) -> bool:
         """Drop cancelled work, then run one pass if any input waits, on `stream` (the generation's:
-        an MLX stream belongs to one thread); whether one ran."""
+        an MLX stream belongs to one thread); whether one ran. While `decoding`, the pass is cut
+        to about `beside_seconds` of work."""
         for work in self.queue.dropped():
             self.counters.cancelled += sum(1 for r in work.results if r is None)
             self._finish(work)
         if paused or self.pooler is None:
             return False
-        rows = self.queue.next_batch(self.token_budget, self.max_rows)
+        budget = self.token_budget
+        if decoding and self._tokens_per_second is not None:
+            budget = min(budget, int(self._tokens_per_second * self.beside_seconds))
+        rows = self.queue.next_batch(budget, self.max_rows)
         if not rows:
             return False
+        began = time.perf_counter()
         with mx.stream(stream):
-            self._run(self.pooler, rows)
+            padded = self._run(self.pooler, rows)
+        rate = padded / max(time.perf_counter() - began, 1e-6)
+        last = self._tokens_per_second
+        self._tokens_per_second = rate if last is None else 0.5 * last + 0.5 * rate
         return True
 
     def fail_all(self, message: str) -> None:
@@ -144,7 +159,8 @@ class PooledPasses:
             work.error = message
             self._finish(work)
 
-    def _run(self, pooler: Pooler, rows: list[Row]) -> None:
+    def _run(self, pooler: Pooler, rows: list[Row]) -> int:
+        """Run one pass; the padded tokens it computed."""
         counters = self.counters
         inputs = [row.tokens for row in rows]
         first = rows[0].work  # every row of a pass shares its pass_key
@@ -158,7 +174,8 @@ class PooledPasses:
         counters.passes += 1
         counters.inputs += len(rows)
         counters.tokens += sum(len(i) for i in inputs)
-        counters.padded_tokens += len(rows) * max(len(i) for i in inputs)
+        padded = len(rows) * max(len(i) for i in inputs)
+        counters.padded_tokens += padded
         counters.largest_pass = max(counters.largest_pass, len(rows))
         for at, row in enumerate(rows):
             work = row.work
@@ -166,6 +183,7 @@ class PooledPasses:
             work.done += 1
             if work.done == len(work.inputs):
                 self._finish(work)
+        return padded
 
     def _finish(self, work: PooledWork) -> None:
         if work.finished:
