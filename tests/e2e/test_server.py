@@ -121,9 +121,16 @@ def test_serve_without_a_model_serves_the_demo(tmp_path: Path) -> None:
     server = start_host(env={"XDG_CACHE_HOME": str(tmp_path)})
     try:
         with server.client() as client:
-            assert [m.id for m in client.models.list().data] == ["mlxhost-demo"]
+            served = [m.id for m in client.models.list().data]
+            assert served == ["mlxhost-demo", "mlxhost-demo-embed", "mlxhost-demo-rerank"]
             reply = client.chat.completions.create(model="anything", messages=PROMPT, max_tokens=4)  # type: ignore[arg-type]
             assert reply.model == "mlxhost-demo"
+            # Embeddings and rerank answer on a fresh machine too, each from its own demo model.
+            vectors = client.embeddings.create(model="mlxhost-demo-embed", input=["a", "b"])
+            assert len(vectors.data) == 2 and vectors.model == "mlxhost-demo-embed"
+        with server.http() as http:
+            ranked = http.post("/v1/rerank", json={"query": "cats", "documents": ["dogs", "a cat"]})
+            assert ranked.status_code == 200 and ranked.json()["model"] == "mlxhost-demo-rerank"
     finally:
         server.stop()
     log = "".join(server.log)
