@@ -29,6 +29,7 @@ from mlxhost.wire.admin import (
     SessionClosed,
     SessionOpened,
     SessionProgressed,
+    SessionRecord,
     StandbyRecord,
     WorkerExhausted,
     WorkerExited,
@@ -190,6 +191,12 @@ class ConsoleModel:
         for key in [k for k, s in self.sessions.items() if s.expired(now)]:
             del self.sessions[key]
 
+    def session_of(self, entry: LogEntry) -> SessionRow | None:
+        """The row of the session a log entry is about, if it is about one still shown."""
+        if isinstance(entry, (SessionOpened, SessionProgressed, SessionClosed)):
+            return self.sessions.get(entry.session)
+        return None
+
     @property
     def live(self) -> int:
         return sum(not s.closed for s in self.sessions.values())
@@ -219,6 +226,7 @@ class ConsoleModel:
                 session = self.sessions.get(record.id)
                 if session is not None and not session.closed:
                     session.state = record.state
+            self._read_work(state.sessions.recent + live)
             return
         sessions = {record.id: SessionRow.from_snapshot(record, now) for record in live}
         # Sessions that closed a moment ago keep their place a few seconds, with their outcome.
@@ -232,6 +240,14 @@ class ConsoleModel:
             if session.closed and session.id not in sessions and not session.expired(now):
                 sessions[session.id] = session
         self.sessions = sessions
+        self._read_work(state.sessions.recent)
+
+    def _read_work(self, records: Iterable[SessionRecord]) -> None:
+        """Prompt tokens, which no event reports: an embed or rerank session shows them once a
+        snapshot has them (most are over before one lists them live)."""
+        for record in records:
+            if (session := self.sessions.get(record.id)) is not None:
+                session.read_work(record)
 
     def _load_gauges(self, state: HostState) -> None:
         gauges = {m.id: self.gauges.get(m.id) or Gauge(m.id) for m in state.models}
@@ -271,7 +287,7 @@ class ConsoleModel:
         match event:
             case SessionOpened():
                 self.sessions[event.session] = SessionRow(
-                    event.session, event.model, event.stream, opened_at=event_time(event)
+                    event.session, event.model, event.stream, opened_at=event_time(event), kind=event.kind
                 )
             case SessionProgressed() | SessionClosed():
                 if (session := self.sessions.get(event.session)) is not None:

@@ -40,6 +40,7 @@ from mlxhost.wire.admin import (
     WorkerSpawned,
 )
 from mlxhost.wire.admin.jobs import TERMINAL_STATES, JobProgress, JobRecord, JobState
+from mlxhost_tui.text import count
 
 __all__ = ["FADE_S", "LINGER_S", "Gauge", "HostInfo", "JobRow", "SessionRow", "WorkerRow", "event_time"]
 
@@ -87,7 +88,9 @@ class WorkerRow:
     ready_at: float | None = None
     memory: int | None = None  # MLX active + cache bytes
     rss: int | None = None
-    readings: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=MEMORY_READINGS))
+    readings: collections.deque[int] = field(
+        default_factory=lambda: collections.deque(maxlen=MEMORY_READINGS)
+    )
     last_exit: ExitRecord | None = None
     ranks: tuple[RankRecord, ...] = ()  # a worker group's ranks, as the last snapshot had them
 
@@ -158,11 +161,15 @@ class SessionRow:
     tokens_per_s: float = 0.0
     outcome: Outcome | None = None
     closed_at: float | None = None
+    kind: str = "generate"  # or embed, rerank: a pooled session
+    inputs: int = 0  # a pooled session's texts or documents, once its worker is done with them
+    prompt_tokens: int = 0  # only snapshots report them
 
     @classmethod
     def from_snapshot(cls, record: SessionRecord, now: float) -> SessionRow:
         session = cls(record.id, record.model, record.stream, record.state, now - record.age_s)
         session.tokens, session.tokens_per_s = record.tokens, record.tokens_per_s
+        session.read_work(record)
         if record.outcome is not None:
             session.outcome, session.closed_at = record.outcome, now
         return session
@@ -176,15 +183,27 @@ class SessionRow:
         session.opened_at = session.closed_at - record.age_s
         return session
 
+    def read_work(self, record: SessionRecord) -> None:
+        """What a snapshot says the session was and did that its events leave out (prompt tokens)."""
+        self.kind = record.kind
+        self.inputs = max(self.inputs, record.inputs)
+        self.prompt_tokens = max(self.prompt_tokens, record.prompt_tokens)
+
     @property
     def closed(self) -> bool:
         return self.closed_at is not None
+
+    @property
+    def pooled(self) -> bool:
+        """An embed or rerank session: inputs in, vectors or scores out, no tokens generated."""
+        return self.kind != "generate"
 
     def on_event(self, event: AdminEvent) -> None:
         match event:
             case SessionProgressed() if not self.closed:
                 self.state = "running"
                 self.tokens, self.tokens_per_s = event.tokens, event.tokens_per_s
+                self.inputs = max(self.inputs, event.inputs)
             case SessionClosed():
                 self.state = "closed"
                 self.tokens = event.tokens
@@ -204,22 +223,46 @@ class SessionRow:
     def shown_state(self) -> str:
         return self.outcome.kind if self.outcome is not None else self.state
 
+    def work_text(self) -> tuple[str, str]:
+        """The TOKENS and TOK/S cells: a generation's tokens and rate; a pooled session's prompt
+        tokens and its inputs (`12.3k`, `64 in`), `-` until its worker reports them."""
+        if not self.pooled:
+            return str(self.tokens), f"{self.tokens_per_s:.1f}"
+        tokens = count(self.prompt_tokens) if self.prompt_tokens else "-"
+        return tokens, f"{self.inputs} in" if self.inputs else "-"
+
     def outcome_text(self) -> str:
         outcome = self.outcome
         if outcome is None:
             return ""
         if outcome.kind == "completed":
-            # The names are in the event log's line for the session's end: a cell has no room.
-            skipped = f" ({len(outcome.ignored)} skipped)" if outcome.ignored else ""
-            return (outcome.finish_reason or "") + skipped
+            skipped = self.skipped_text()
+            return f"{outcome.finish_reason or ''} {skipped}".strip()
         if outcome.kind == "cancelled":
             return outcome.reason or ""
         code, message = outcome.code or "", outcome.message or ""
         return f"{code}: {message}" if message else code
 
+    def skipped_text(self) -> str:
+        """`(2 skipped)`: the request's fields the host skipped. The names are in the event log's
+        line for the session's end: a cell has no room."""
+        ignored = self.outcome.ignored if self.outcome is not None else None
+        return f"({len(ignored)} skipped)" if ignored else ""
+
+    def outcome_cell(self) -> str:
+        """The OUTCOME cell: an embed or rerank session's kind, then its outcome (`embed`,
+        `rerank · client_disconnected`), since at 80 columns the table has no room for a column
+        of its own; a generation's outcome alone."""
+        if not self.pooled:
+            return self.outcome_text()
+        completed = self.outcome is not None and self.outcome.kind == "completed"
+        # Its finish reason is always `stop`: only what was skipped is worth the room.
+        outcome = self.skipped_text() if completed else self.outcome_text()
+        return f"{self.kind} · {outcome}" if outcome else self.kind
+
     def text(self) -> str:
         """Everything a filter may match."""
-        return f"{self.id} {self.model} {self.shown_state()} {self.outcome_text()}"
+        return f"{self.id} {self.model} {self.shown_state()} {self.outcome_cell()}"
 
 
 @dataclass

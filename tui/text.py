@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from mlxhost.client.human import duration, size
 from mlxhost.wire.admin import (
@@ -31,13 +32,17 @@ from mlxhost.wire.admin import (
     WorkerSpawned,
 )
 
-__all__ = ["bar", "clock_time", "describe", "losses", "sparkline"]
+if TYPE_CHECKING:
+    from mlxhost_tui.parts import SessionRow
+
+__all__ = ["bar", "clock_time", "count", "describe", "losses", "sparkline"]
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def describe(event: AdminEvent) -> str:
-    """One line of the event log."""
+def describe(event: AdminEvent, row: SessionRow | None = None) -> str:
+    """One line of the event log; `row`, the row of the session a session event is about,
+    says what a closed embed or rerank session did (its event counts only generated tokens)."""
     match event:
         case HostStarted(pid=pid, models=models):
             return f"host started, pid {pid}, models {', '.join(models)}"
@@ -63,15 +68,22 @@ def describe(event: AdminEvent) -> str:
             return f"{worker}: memory {size(reading.active_bytes + reading.cache_bytes)}"
         case ModelEvicted(model=model, reason=reason):
             return f"{model}: unloaded ({reason})"
-        case SessionOpened(session=session, model=model, stream=stream):
-            return f"{session} opened on {model}{' (stream)' if stream else ''}"
-        case SessionProgressed(session=session, tokens=tokens, tokens_per_s=rate):
-            return f"{session}: {tokens} tokens, {rate} tok/s"
-        case SessionClosed(session=session, tokens=tokens, age_ms=age_ms, outcome=outcome):
+        case SessionOpened(session=sid, model=model, stream=stream, kind=kind):
+            how = " (stream)" if stream else ""
+            return f"{sid} opened on {model}{how if kind == 'generate' else f' ({kind})'}"
+        case SessionProgressed(session=sid, tokens=tokens, tokens_per_s=rate, inputs=inputs):
+            if inputs:
+                return f"{sid}: {inputs} inputs"
+            return f"{sid}: {tokens} tokens, {rate} tok/s"
+        case SessionClosed(session=sid, tokens=tokens, age_ms=age_ms, outcome=outcome):
             detail = outcome.finish_reason or outcome.reason or outcome.code or ""
             if outcome.message:
                 detail = f"{detail}: {outcome.message}"
-            line = f"{session} {outcome.kind} ({detail}), {tokens} tokens in {duration(age_ms / 1000)}"
+            did = f"{tokens} tokens"
+            if row is not None and row.pooled:
+                did = f"{row.inputs} inputs"  # its event counts generated tokens: none
+            why = f" ({detail})" if detail else ""
+            line = f"{sid} {outcome.kind}{why}, {did} in {duration(age_ms / 1000)}"
             return f"{line}; skipped {', '.join(outcome.ignored)}" if outcome.ignored else line
         case AdmissionRejected(session=session, model=model, active=active, queued=queued):
             return f"{session or 'a request'} rejected by {model}: {active} running, {queued} waiting"
@@ -97,6 +109,15 @@ def describe(event: AdminEvent) -> str:
             return "dropped by the host for reading too slowly; reconnecting"
     # A type this console does not know: its fields as they came.
     return " ".join(f"{k}={v}" for k, v in event.payload().items())
+
+
+def count(value: int) -> str:
+    """A count in at most five characters: `9999`, `12.3k`, `4.1M`."""
+    if value < 10_000:
+        return str(value)
+    if value < 999_500:
+        return f"{value / 1000:.1f}k" if value < 99_950 else f"{value / 1000:.0f}k"
+    return f"{value / 1_000_000:.1f}M"
 
 
 def losses(train: float | None, val: float | None) -> str:

@@ -22,6 +22,7 @@ from textual.pilot import Pilot
 
 import mlxhost_tui.parts
 from mlxhost.client.admin import Target
+from mlxhost.demo import make_model
 from mlxhost.testing import RunningHost, start_host
 from mlxhost_tui.app import ConsoleApp, make_app
 from mlxhost_tui.screens.confirm import ConfirmScreen
@@ -53,7 +54,10 @@ class Stream(threading.Thread):
 
     def run(self) -> None:
         body = {**CHAT, "max_tokens": self.max_tokens}
-        with self.server.http(timeout=60) as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        with (
+            self.server.http(timeout=60) as http,
+            http.stream("POST", "/v1/chat/completions", json=body) as response,
+        ):
             self.session = response.headers["x-mlxhost-session"]
             self.data = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
 
@@ -75,7 +79,9 @@ def log_text(app: ConsoleApp) -> str:
 
 
 @pytest.mark.anyio
-async def test_a_stream_shows_up_as_a_session_then_its_outcome(host: RunningHost, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stream_shows_up_as_a_session_then_its_outcome(
+    host: RunningHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(mlxhost_tui.parts, "LINGER_S", 1.5)
     app = console(host)
     async with app.run_test(size=SIZE) as pilot:
@@ -134,7 +140,9 @@ async def test_r_restarts_the_selected_worker(host: RunningHost) -> None:
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
-        await until(pilot, lambda: worker.pid != old_pid and worker.state == "ready", "a new process is ready")
+        await until(
+            pilot, lambda: worker.pid != old_pid and worker.state == "ready", "a new process is ready"
+        )
         assert cell(workers, worker.id, "pid") == str(worker.pid) == str(host.worker()["pid"])
         assert worker.restarts == 0  # a restart asked for is no crash
         assert f"{worker.id}: pid {old_pid} exited" in log_text(app)
@@ -195,6 +203,33 @@ async def test_a_killed_worker_shows_its_restart(tiny_model: Path) -> None:
         server.stop()
 
 
+@pytest.mark.anyio
+async def test_an_embed_session_shows_its_kind_inputs_and_tokens(tmp_path: Path) -> None:
+    embedder = make_model(tmp_path / "embedder", task="embed")
+    with start_host("--model", str(embedder)) as server:
+        app = console(server)
+        async with app.run_test(size=SIZE) as pilot:
+            sessions = app.query_one(SessionsTable)
+            await until(pilot, lambda: app.main.status.connection == "connected", "connected")
+            texts = ["the cat sat on the mat", "x", "naïve café", "def add(a, b): return a + b", "hi"]
+            with server.http() as http:
+                response = await anyio.to_thread.run_sync(
+                    lambda: http.post("/v1/embeddings", json={"input": texts})
+                )
+            assert response.status_code == 200
+            sid = response.headers["x-mlxhost-session"]
+            prompt_tokens = response.json()["usage"]["prompt_tokens"]
+            await until(
+                pilot,
+                lambda: sid in sessions.rows and cell(sessions, sid, "state") == "completed",
+                "it shows",
+            )
+            assert cell(sessions, sid, "outcome") == "embed" and cell(sessions, sid, "rate") == "5 in"
+            # Its prompt tokens come with the next poll of the state: no event carries them.
+            await until(pilot, lambda: cell(sessions, sid, "tokens") == str(prompt_tokens), "its tokens show")
+            assert f"{sid} opened on " in log_text(app) and "5 inputs in " in log_text(app)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -221,7 +256,11 @@ async def test_a_lost_host_shows_disconnected_then_reconnects(tiny_model: Path) 
             await until(pilot, lambda: status.connection == "connected", "it reconnects")
             assert app.main.model.host is not None and app.main.model.host.pid == second.process.pid
             workers = app.query_one(WorkersTable)
-            await until(pilot, lambda: workers.selected and workers.selected.pid == second.worker()["pid"], "new worker")
+            await until(
+                pilot,
+                lambda: workers.selected and workers.selected.pid == second.worker()["pid"],
+                "new worker",
+            )
             assert f"a new host, pid {second.process.pid}" in log_text(app)
     finally:
         first.stop()
@@ -236,10 +275,14 @@ def test_mlxhost_tui_in_a_terminal(host: RunningHost) -> None:
     tmux = ["tmux", "-L", server]
     command = f"{sys.executable} -m mlxhost tui --url {host.url} --token {host.admin_token}; echo TUI-EXITED $?; sleep 30"
     env = {**os.environ, "TERM": "xterm-256color"}
-    subprocess.run([*tmux, "new-session", "-d", "-s", "tui", "-x", "100", "-y", "30", command], check=True, env=env)
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "tui", "-x", "100", "-y", "30", command], check=True, env=env
+    )
 
     def screen() -> str:
-        return subprocess.run([*tmux, "capture-pane", "-p", "-t", "tui"], capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            [*tmux, "capture-pane", "-p", "-t", "tui"], capture_output=True, text=True, check=True
+        ).stdout
 
     def wait_for(text: str) -> str:
         deadline = time.monotonic() + 20
@@ -277,7 +320,9 @@ async def test_a_host_that_stops_ends_the_stream_cleanly(tiny_model: Path) -> No
 
 
 @pytest.mark.anyio
-async def test_the_console_ignores_proxies_for_a_local_host(host: RunningHost, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_console_ignores_proxies_for_a_local_host(
+    host: RunningHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
     for name in ("NO_PROXY", "no_proxy"):

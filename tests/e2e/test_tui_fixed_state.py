@@ -23,6 +23,7 @@ from mlxhost_tui.widgets import EventLog, SessionsTable, StatusBar, WorkersTable
 from mlxhost_tui.widgets.workers_table import RANK_KEY
 from tests.e2e.tui_helpers import SIZE, anyio_backend  # noqa: F401
 from tests.unit import test_console_model as given  # the fixed state the snapshots draw
+from tests.unit import test_console_sessions as pooled  # embed and rerank sessions
 
 STANDBY = (StandbyRecord(pid=5100, state="ready", rss_bytes=310 << 20),)  # the snapshots show its row
 
@@ -66,6 +67,31 @@ def test_snapshot_disconnected(fixed: Callable[[], ConsoleApp], snap_compare: An
     assert snap_compare(fixed(), terminal_size=(80, 24), run_before=lost)
 
 
+def test_snapshot_pooled_80x24(fixed: Callable[[], ConsoleApp], snap_compare: Any) -> None:
+    """An embed session closed a moment ago and a rerank session running, above the generations."""
+    opened = given.event(
+        56, "session.opened", 0.05, session=pooled.RERANK, model="bge-small", stream=False, kind="rerank"
+    )
+    rerank = pooled.pooled_data(pooled.RERANK, "rerank", "running", 0, 0)
+    embedded = pooled.pooled_data(pooled.EMBED, "embed", "closed", 64, 12_345) | {
+        "outcome": {"kind": "completed", "finish_reason": "stop"}
+    }
+
+    def poll(data: dict[str, Any]) -> None:  # older than the events: it only adds what they leave out
+        data["sessions"]["live"].append(rerank)
+        data["sessions"]["recent"] = [embedded]
+
+    async def both(pilot: Pilot[Any]) -> None:
+        app: ConsoleApp = pilot.app  # type: ignore[assignment]
+        events = [*given.EVENTS, *pooled.embed_events(53), opened]
+        app.main.ingest(dataclasses.replace(given.STATE, standby=STANDBY), events)
+        app.main.ingest(given.state_with(poll))  # the embed session's prompt tokens
+        app.main.set_connection("connected")
+        await pilot.pause()
+
+    assert snap_compare(fixed(), terminal_size=(80, 24), run_before=both)
+
+
 @pytest.mark.anyio
 async def test_filter_help_and_quit_keys(fixed: Callable[[], ConsoleApp]) -> None:
     app = fixed()
@@ -105,7 +131,9 @@ def screen_text(app: ConsoleApp) -> str:
 
 
 @pytest.mark.anyio
-async def test_control_characters_from_the_host_never_reach_the_screen(fixed: Callable[[], ConsoleApp]) -> None:
+async def test_control_characters_from_the_host_never_reach_the_screen(
+    fixed: Callable[[], ConsoleApp],
+) -> None:
     app = fixed()
     async with app.run_test(size=(160, 40)) as pilot:
         app.main.ingest(given.state_with(given.with_controls), [*given.EVENTS, *given.EVENTS_WITH_CONTROLS])

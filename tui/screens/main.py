@@ -99,7 +99,7 @@ class MainScreen(Screen[None]):
             if isinstance(entry, Note):
                 self.event_log.note(entry.message)
             else:
-                self.event_log.add(entry)
+                self.event_log.add(entry, self.model.session_of(entry))
         # Events come in bursts (progress, four a second per session): draw once per burst.
         if not self._redraw_pending:
             self._redraw_pending = True
@@ -162,10 +162,11 @@ class MainScreen(Screen[None]):
         if session.closed:
             self.notify(f"{session.id} is already over.", severity="warning")
             return
+        made = f"{session.inputs} inputs" if session.pooled else f"{session.tokens} tokens"
         question = Text.assemble(
             "Cancel session ", (session.id, "bold"), f" on {session.model}?\n",
-            f"It has made {session.tokens} tokens; its client gets a 'cancelled' error.",
-        )
+            f"It has made {made}; its client gets a 'cancelled' error.",
+        )  # fmt: skip
 
         def answer(yes: bool | None) -> None:
             if yes:
@@ -182,7 +183,7 @@ class MainScreen(Screen[None]):
         question = Text.assemble(
             "Restart worker ", (worker.id, "bold"), f" (pid {worker.pid or '-'})?\n",
             f"A new process loads {worker.model}{busy}; new requests wait meanwhile.",
-        )
+        )  # fmt: skip
 
         def answer(yes: bool | None) -> None:
             if yes:

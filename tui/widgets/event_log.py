@@ -9,7 +9,7 @@ from textual.reactive import reactive
 from textual.widgets import RichLog
 
 from mlxhost.wire.admin import AdminEvent, SessionClosed
-from mlxhost_tui.parts import event_time
+from mlxhost_tui.parts import SessionRow, event_time
 from mlxhost_tui.text import clock_time, describe
 from mlxhost_tui.widgets.base import STATE_STYLES
 
@@ -37,10 +37,10 @@ class EventLog(RichLog):
         self.border_title = "Events"
         self.entries: collections.deque[Text] = collections.deque(maxlen=self.KEPT)
 
-    def add(self, event: AdminEvent) -> None:
+    def add(self, event: AdminEvent, session: SessionRow | None = None) -> None:
         line = Text(clock_time(event_time(event)) + " ", "dim")
         line.append(event.type.ljust(19), _event_style(event))
-        line.append(describe(event))
+        line.append(describe(event, session))
         self._keep(line)
 
     def note(self, message: str) -> None:

@@ -49,14 +49,15 @@ class SessionsTable(ModelTable):
                 continue
             dim = "dim" if session.fading(now) else ""
             state = session.shown_state()
+            tokens, rate = session.work_text()
             rows[session.id] = (
                 Text(session.id, dim),
                 Text(session.model, dim),
                 Text(state, dim or STATE_STYLES.get(state, "")),
-                Text(str(session.tokens), dim, justify="right"),
-                Text(f"{session.tokens_per_s:.1f}", dim, justify="right"),
+                Text(tokens, dim, justify="right"),
+                Text(rate, dim, justify="right"),
                 Text(duration(session.age(now)), dim, justify="right"),
-                Text(session.outcome_text(), dim),
+                _outcome(session, dim),
             )
         return rows
 
@@ -64,3 +65,11 @@ class SessionsTable(ModelTable):
     def selected(self) -> SessionRow | None:
         key = self.selected_key
         return self.model.sessions.get(key) if key is not None else None
+
+
+def _outcome(session: SessionRow, dim: str) -> Text:
+    """The OUTCOME cell, an embed or rerank session's kind in colour."""
+    text = Text(session.outcome_cell(), dim)
+    if session.pooled and not dim:
+        text.stylize("cyan", 0, len(session.kind))
+    return text

@@ -39,8 +39,22 @@ class HostMetrics:
         )
         self.outcomes = Counter(
             "mlxhost_sessions_closed",
-            "Sessions closed, by model, outcome and reason",
-            ["model", "outcome", "reason"],
+            "Sessions closed, by model, kind (generate, embed, rerank), outcome and reason",
+            ["model", "kind", "outcome", "reason"],
+            registry=self.registry,
+        )
+        # Embed and rerank sessions generate nothing: what they did is inputs pooled and the
+        # tokens those inputs were (their prompt tokens, also in mlxhost_tokens).
+        self.pooled_inputs = Counter(
+            "mlxhost_pooled_inputs",
+            "Inputs of completed embed and rerank sessions (texts, documents), by model and kind",
+            ["model", "kind"],
+            registry=self.registry,
+        )
+        self.pooled_tokens = Counter(
+            "mlxhost_pooled_tokens",
+            "Tokens of the inputs of completed embed and rerank sessions, by model and kind",
+            ["model", "kind"],
             registry=self.registry,
         )
         self.ttft = Histogram(
@@ -66,7 +80,10 @@ class HostMetrics:
         outcome = session.outcome
         if outcome is not None:
             reason = outcome.reason or outcome.finish_reason or outcome.code or ""
-            self.outcomes.labels(model, outcome.kind, reason).inc()
+            self.outcomes.labels(model, session.kind, outcome.kind, reason).inc()
+            if session.kind != "generate" and outcome.kind == "completed":
+                self.pooled_inputs.labels(model, session.kind).inc(session.inputs)
+                self.pooled_tokens.labels(model, session.kind).inc(session.prompt_tokens)
         if session.prompt_tokens:
             self.tokens.labels(model, "prompt").inc(session.prompt_tokens)
         if session.tokens:
