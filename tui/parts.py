@@ -163,7 +163,7 @@ class SessionRow:
     closed_at: float | None = None
     kind: str = "generate"  # or embed, rerank: a pooled session
     inputs: int = 0  # a pooled session's texts or documents, once its worker is done with them
-    prompt_tokens: int = 0  # only snapshots report them
+    prompt_tokens: int = 0  # a pooled session's, from its progress or a snapshot
 
     @classmethod
     def from_snapshot(cls, record: SessionRecord, now: float) -> SessionRow:
@@ -184,7 +184,7 @@ class SessionRow:
         return session
 
     def read_work(self, record: SessionRecord) -> None:
-        """What a snapshot says the session was and did that its events leave out (prompt tokens)."""
+        """What a snapshot says the session was and did (its kind; its events may have come first)."""
         self.kind = record.kind
         self.inputs = max(self.inputs, record.inputs)
         self.prompt_tokens = max(self.prompt_tokens, record.prompt_tokens)
@@ -204,6 +204,7 @@ class SessionRow:
                 self.state = "running"
                 self.tokens, self.tokens_per_s = event.tokens, event.tokens_per_s
                 self.inputs = max(self.inputs, event.inputs)
+                self.prompt_tokens = max(self.prompt_tokens, event.prompt_tokens)
             case SessionClosed():
                 self.state = "closed"
                 self.tokens = event.tokens

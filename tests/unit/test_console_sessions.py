@@ -23,12 +23,12 @@ def pooled_data(sid: str, kind: str, state: str, inputs: int, prompt_tokens: int
     return data | {"stream": False, "kind": kind, "inputs": inputs, "prompt_tokens": prompt_tokens}
 
 
-def embed_events(first: int, inputs: int = 64) -> list[AdminEvent]:
-    """An embed session from open to close, as its events say it: no prompt tokens in them."""
+def embed_events(first: int, inputs: int = 64, prompt_tokens: int = 0) -> list[AdminEvent]:
+    """An embed session from open to close, as its events say it."""
     return [
         event(first, "session.opened", 0.3, session=EMBED, model="bge-small", stream=False, kind="embed"),
         event(first + 1, "session.progress", 0.29, session=EMBED, model="bge-small", tokens=0,
-              tokens_per_s=0.0, inputs=inputs),
+              tokens_per_s=0.0, inputs=inputs, prompt_tokens=prompt_tokens),
         event(first + 2, "session.closed", 0.29, session=EMBED, model="bge-small", tokens=0, age_ms=12,
               kind="completed", finish_reason="stop"),
     ]  # fmt: skip
@@ -44,14 +44,14 @@ def test_a_generation_reads_as_before() -> None:
 
 def test_an_embed_session_from_its_events_shows_its_kind_and_inputs() -> None:
     model = folded()
-    opened, progressed, closed = embed_events(53)
+    opened, progressed, closed = embed_events(53, prompt_tokens=12_345)
     model.ingest(NOW, events=[opened])
     session = model.sessions[EMBED]
     assert session.pooled and session.outcome_cell() == "embed"
     assert session.work_text() == ("-", "-")  # its worker reports when done
     log = model.ingest(NOW, events=[progressed, closed])
     assert log == [closed]  # progress stays out of the log, as a generation's
-    assert (session.shown_state(), session.inputs, session.work_text()) == ("completed", 64, ("-", "64 in"))
+    assert (session.shown_state(), session.inputs, session.work_text()) == ("completed", 64, ("12.3k", "64 in"))
     # Its finish reason is always "stop": the cell leaves it out.
     assert session.outcome_cell() == "embed" and "embed" in session.text()  # the filter finds it by its kind
 

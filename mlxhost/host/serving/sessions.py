@@ -155,6 +155,7 @@ class SessionRegistry:
                     tokens=report.tokens,
                     tokens_per_s=report.tokens_per_s,
                     inputs=report.inputs,
+                    prompt_tokens=report.prompt_tokens if report.inputs else 0,
                 )
             )
 

@@ -190,16 +190,17 @@ class SessionProgressed(AdminEvent):
     tokens: int
     tokens_per_s: float
     inputs: int = 0  # an embed or rerank session's, once its worker finished them
+    prompt_tokens: int = 0  # the tokens of those inputs (sent with them)
 
     def _encode(self) -> JSON:
         data = super()._encode()
-        if not data["inputs"]:
-            del data["inputs"]
+        if not data["inputs"]:  # a generation's progress reads as it did before pooled routes
+            del data["inputs"], data["prompt_tokens"]
         return data
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
-        return super()._decode({"inputs": 0, **data})
+        return super()._decode({"inputs": 0, "prompt_tokens": 0, **data})
 
 
 @dataclass(frozen=True, kw_only=True)
