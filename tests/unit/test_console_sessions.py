@@ -51,7 +51,8 @@ def test_an_embed_session_from_its_events_shows_its_kind_and_inputs() -> None:
     assert session.work_text() == ("-", "-")  # its worker reports when done
     log = model.ingest(NOW, events=[progressed, closed])
     assert log == [closed]  # progress stays out of the log, as a generation's
-    assert (session.shown_state(), session.inputs, session.work_text()) == ("completed", 64, ("12.3k", "64 in"))
+    shown = (session.shown_state(), session.inputs, session.work_text())
+    assert shown == ("completed", 64, ("12.3k", "64 in"))
     # Its finish reason is always "stop": the cell leaves it out.
     assert session.outcome_cell() == "embed" and "embed" in session.text()  # the filter finds it by its kind
 
