@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from mlxhost.client.human import count
 from mlxhost.wire.admin import (
     AdminEvent,
     AdmissionRecord,
@@ -40,7 +41,6 @@ from mlxhost.wire.admin import (
     WorkerSpawned,
 )
 from mlxhost.wire.admin.jobs import TERMINAL_STATES, JobProgress, JobRecord, JobState
-from mlxhost_tui.text import count
 
 __all__ = ["FADE_S", "LINGER_S", "Gauge", "HostInfo", "JobRow", "SessionRow", "WorkerRow", "event_time"]
 

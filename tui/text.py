@@ -35,7 +35,7 @@ from mlxhost.wire.admin import (
 if TYPE_CHECKING:
     from mlxhost_tui.parts import SessionRow
 
-__all__ = ["bar", "clock_time", "count", "describe", "losses", "sparkline"]
+__all__ = ["bar", "clock_time", "describe", "losses", "sparkline"]
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -109,15 +109,6 @@ def describe(event: AdminEvent, row: SessionRow | None = None) -> str:
             return "dropped by the host for reading too slowly; reconnecting"
     # A type this console does not know: its fields as they came.
     return " ".join(f"{k}={v}" for k, v in event.payload().items())
-
-
-def count(value: int) -> str:
-    """A count in at most five characters: `9999`, `12.3k`, `4.1M`."""
-    if value < 10_000:
-        return str(value)
-    if value < 999_500:
-        return f"{value / 1000:.1f}k" if value < 99_950 else f"{value / 1000:.0f}k"
-    return f"{value / 1_000_000:.1f}M"
 
 
 def losses(train: float | None, val: float | None) -> str:

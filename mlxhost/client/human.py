@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["duration", "size"]
+__all__ = ["count", "duration", "size"]
 
 
 def duration(seconds: float) -> str:
@@ -22,3 +22,12 @@ def size(count: float) -> str:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
     return str(count)
+
+
+def count(value: int) -> str:
+    """A count in at most five characters: `9999`, `12.3k`, `4.1M`."""
+    if value < 10_000:
+        return str(value)
+    if value < 999_500:
+        return f"{value / 1000:.1f}k" if value < 99_950 else f"{value / 1000:.0f}k"
+    return f"{value / 1_000_000:.1f}M"

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from mlxhost.client.human import count
 from mlxhost.wire.admin import AdminEvent
 from mlxhost_tui.model import ConsoleModel
-from mlxhost_tui.text import count, describe
+from mlxhost_tui.text import describe
 from tests.unit.test_console_model import EVENTS, NOW, STATE, event, folded, session_data, state_with
 
 EMBED, RERANK = "s-e0e0e0e0e0e0", "s-r0r0r0r0r0r0"
