@@ -5,7 +5,7 @@ same max_tokens.
                          [--concurrency 1,4,8,16] [--ttft-requests N] [--quick | --smoke]
                          [--json PATH] [--chart PATH] [--mlx-lm-server-backlog N]
                          [--jobs-only | --agent-only | --closed-loop-only | --recovery-only |
-                          --peers [--install-vllm-mlx] | --batch-kv | --join-gap]
+                          --peers [--install-vllm-mlx] | --batch-kv | --join-gap | --embeddings]
 
 Four paths are measured in one run, their repeats interleaved, the order rotating from one repeat
 to the next, so that a noisy machine slows all of them alike:
@@ -57,6 +57,10 @@ Modes of their own, each alone:
   join_gap       --join-gap: a running stream's largest gap between tokens while a 4,000-token
                  prompt joins, at 1, 4 and 8 running streams, kv_layout padded against per_row;
                  target <= 0.15 s on the tiny model (`bench.join_gap`, `bench.join_gap_figures`)
+  embeddings     --embeddings: POST /v1/embeddings on an isolated server against the raw forward of
+                 the same embedding model in this process: short and mixed-length inputs in
+                 requests of 1, 16 and 64, 1,000 code chunks, where a request's time goes; target
+                 host >= 0.85 x raw at 64 (`bench.embeddings`, `bench.embeddings_figures`)
 Targets on the table's figures (`bench.targets`): isolated >= 0.95 x raw at every concurrency;
 isolated >= 1.15 x mlx_lm.server at c8; TTFT p50 isolated <= raw + 5 ms.
 
@@ -69,5 +73,6 @@ listed there), `chart` (the PNG), `cli` (main).
 The bench talks to mlxhost only over HTTP and its admin API (and `mlxhost.client.admin`); it
 imports `mlxhost.host.events` only to measure the hub alone, and of the worker only
 `mlxhost.worker.engine.grammar` and `.grammar_compiler`, to time grammar compiles in this process
-(`bench.constrained`), and `mlxhost.worker.engine.rows` for --batch-kv.
+(`bench.constrained`), `mlxhost.worker.engine.rows` for --batch-kv, and for --embeddings the pass
+queue, `hidden_body` and `vectors_body` (`bench.embeddings`).
 """

@@ -168,6 +168,14 @@ def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
         print_batch_kv(batch_kv)
         _write(plan, BatchKVDocument(info.machine, info.versions, info.model, part_settings(plan), batch_kv))
         return 0
+    if plan.only == "embeddings":  # --embeddings (bench.embeddings); imported here to keep this one block
+        from bench.embeddings import EmbeddingsDocument, measure_embeddings, print_embeddings
+
+        embeddings = measure_embeddings(plan)
+        print_header(plan, info)
+        print_embeddings(embeddings)
+        _write(plan, EmbeddingsDocument(info.machine, info.versions, part_settings(plan), embeddings))
+        return 0
     part: Part
     if plan.only == "agent":
         part = agent = anyio.run(measure_agent, plan, raw)

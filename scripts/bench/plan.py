@@ -223,6 +223,16 @@ def parser() -> argparse.ArgumentParser:
         "only: aligned against mixed-length rows, KV bytes (and with kv_bits=4), rows inserted one "
         "per step against all at once; alternating rounds, medians (bench.batch_kv)",
     )
+    # --embeddings (bench.embeddings): POST /v1/embeddings against the raw forward, in this process.
+    only.add_argument(
+        "--embeddings",
+        action="store_const",
+        const="embeddings",
+        dest="only",
+        help="measure only POST /v1/embeddings on an isolated server against the raw forward of the "
+        "same embedding model in this process: short and mixed-length inputs in requests of 1, 16 "
+        "and 64, and 1,000 code chunks; alternating rounds, medians (bench.embeddings)",
+    )
     parser.add_argument(
         "--install-vllm-mlx",
         action="store_true",
