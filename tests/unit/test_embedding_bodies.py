@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mlxhost.wire.embeddings import MAX_INPUTS, EmbeddingRequest, RerankRequest
-from mlxhost.wire.errors import InvalidRequest
+from mlxhost.wire.errors import InternalError, InvalidRequest
 from mlxhost.wire.parsing import parse_body
 from mlxhost.worker.api.embeddings import vectors_body
 
@@ -63,3 +63,18 @@ def test_the_answer_cuts_renormalises_and_encodes() -> None:
     assert np.allclose(floats["data"][0]["embedding"], [0.6, 0.8])
     packed = json.loads(vectors_body([vector], None, "base64", "m", 7))["data"][0]["embedding"]
     assert np.array_equal(np.frombuffer(base64.b64decode(packed), dtype="<f4"), vector)
+
+
+def test_floats_are_written_short_and_read_back_as_the_same_float32s() -> None:
+    rng = np.random.default_rng(3)
+    vectors = [rng.standard_normal(256).astype(np.float32) * 1e-3 for _ in range(8)]
+    vectors[0][:4] = [0.0, -0.0, 1e-30, -3.4e38]
+    body = vectors_body(vectors, None, "float", "m", 1)
+    read = np.array([d["embedding"] for d in json.loads(body)["data"]], dtype=np.float32)
+    assert np.array_equal(read, np.stack(vectors))
+    assert len(body) < len(json.dumps([v.tolist() for v in vectors]))
+
+
+def test_a_vector_that_is_not_finite_is_an_error_not_invalid_json() -> None:
+    with pytest.raises(InternalError, match="not finite"):
+        vectors_body([np.array([np.nan, 1.0], dtype=np.float32)], None, "float", "m", 1)

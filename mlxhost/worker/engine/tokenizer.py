@@ -163,8 +163,14 @@ class Tokenizer:
         """Each text's ids, with the tokenizer's special tokens (an embedding model's closing
         token is added there), in one hop to the tokenizer thread."""
 
+        # A fast tokenizer's Rust batch (what its own encode calls, one text at a time) takes
+        # less than half the time of a loop over 64 short texts.
+        backend = getattr(self._encoder, "backend_tokenizer", None)
+
         def encode() -> list[list[int]]:
             with self.lock:
+                if backend is not None:
+                    return [encoding.ids for encoding in backend.encode_batch(list(texts))]
                 return [list(self._encoder.encode(text)) for text in texts]
 
         return await self._run(encode)
