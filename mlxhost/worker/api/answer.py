@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 from mlxhost.wire.chunks import KEEPALIVE, AnswerFinish, Delta, TokenLogprob
 from mlxhost.wire.errors import APIError, InternalError, ServiceUnavailable
 from mlxhost.wire.headers import SESSION_HEADER
-from mlxhost.worker.api.serving import Serving, shutting_down
+from mlxhost.worker.api.serving import Serving, cancel_on_disconnect, shutting_down
 from mlxhost.worker.api.writer import Answer, ChoicesWriter, Writer
 from mlxhost.worker.engine.engine import EngineStopped
 from mlxhost.worker.engine.generation import GenerationRequest, GenerationSession
@@ -341,7 +341,7 @@ async def _whole(
     tag: str | None,
 ) -> Response:
     async with _sessions(service, choices, tag) as sessions, anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_disconnect, request, tg.cancel_scope)
+        tg.start_soon(cancel_on_disconnect, request, tg.cancel_scope)
         async with anyio.create_task_group() as collecting:
             for choice, session in zip(choices, sessions, strict=True):
                 collecting.start_soon(choice.collect, session, collecting.cancel_scope)
@@ -352,12 +352,6 @@ async def _whole(
     if any(c.final is None for c in choices):
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     return JSONResponse(writer.whole([c.answer() for c in choices]))
-
-
-async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
 
 
 def _failure(final: Delta) -> APIError:

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from mlxhost.wire.embeddings import MAX_REQUEST_TOKENS, task_refused
 from mlxhost.wire.errors import InternalError, InvalidRequest
 from mlxhost.wire.headers import SESSION_HEADER
-from mlxhost.worker.api.serving import Serving, read_body, serving
+from mlxhost.worker.api.serving import Serving, cancel_on_disconnect, read_body, serving
 from mlxhost.worker.engine.pooled_work import Kind, PooledWork
 
 __all__ = ["check_task", "fit", "not_served", "run_pooled", "token_lists"]
@@ -48,7 +48,9 @@ def fit(service: Serving, inputs: list[list[int]], param: str, truncate: bool) -
     engine = service.engine
     vocab, context = engine.vocab_size, engine.context_length
     for at, ids in enumerate(inputs):
-        if ids and (max(ids) >= vocab):
+        if not ids:
+            raise InvalidRequest(f"{param}[{at}] encodes to no tokens", param=param)
+        if max(ids) >= vocab:
             raise InvalidRequest(
                 f"{param}[{at}]: token id {max(ids)} is not in the model's vocabulary (0 to {vocab - 1})",
                 param=param,
@@ -84,7 +86,7 @@ async def run_pooled(
     are dropped). A worker shutting down or failing under the work raises its error."""
     work = PooledWork(kind, inputs, pooling, yes_no, tag=request.headers.get(SESSION_HEADER))
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_disconnect, request, tg.cancel_scope)
+        tg.start_soon(cancel_on_disconnect, request, tg.cancel_scope)
         await service.engine.pool(work)
         tg.cancel_scope.cancel()
     if not work.finished or work.cancel_reason is not None:
@@ -92,9 +94,3 @@ async def run_pooled(
     if work.error is not None:
         raise InternalError(work.error)
     return work
-
-
-async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()

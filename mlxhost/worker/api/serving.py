@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import anyio
 from starlette.requests import Request
 
 from mlxhost.config import Settings
@@ -15,7 +16,15 @@ from mlxhost.runtime.body import read_body as read_limited_body
 from mlxhost.wire.errors import ServiceUnavailable
 from mlxhost.worker.engine.engine import Engine
 
-__all__ = ["FRAMES_PER_SECOND", "Serving", "frame_interval", "read_body", "serving", "shutting_down"]
+__all__ = [
+    "FRAMES_PER_SECOND",
+    "Serving",
+    "cancel_on_disconnect",
+    "frame_interval",
+    "read_body",
+    "serving",
+    "shutting_down",
+]
 
 # Frames a second across all of a worker's streams, past which each stream's frames come further
 # apart than `stream_interval`. A frame costs the same CPU however many tokens it carries: JSON
@@ -56,6 +65,13 @@ async def read_body(request: Request, service: Serving) -> bytes:
         raise ServiceUnavailable("the server is shutting down", code="shutting_down")
     settings = service.settings
     return await read_limited_body(request, settings.max_body_bytes, settings.body_timeout)
+
+
+async def cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    """Cancel `scope` when the client leaves a request whose body was read (a whole answer's)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
 
 
 def shutting_down() -> ServiceUnavailable:

@@ -15,7 +15,6 @@ neither kind of work starves the other.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +27,6 @@ import numpy as np
 from mlxhost.worker.engine.pooled_work import PooledQueue, PooledWork, Row
 
 __all__ = ["DecoderPooler", "NotPoolable", "PooledCounters", "PooledPasses", "Pooler", "hidden_body"]
-
-logger = logging.getLogger("mlxhost.engine")
-
-POOLINGS = ("last", "mean", "cls")
-
 
 class Pooler(Protocol):
     """A model's pooled passes: DecoderPooler here, EncoderPooler (encoders.py) for an encoder."""
