@@ -9,7 +9,6 @@ are in test_embedding_clients.py; the pure parts in tests/unit/test_pooled_*.py.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import signal
@@ -230,31 +229,26 @@ def test_a_worker_killed_during_a_batch_gives_a_clean_error_and_comes_back(host:
     assert vectors(embed(host, input="back")).shape == (1, 64)
 
 
-def test_embeddings_past_the_queue_get_a_429(tmp_path: Path) -> None:
+def test_embeddings_past_the_queue_get_a_429_and_a_deadline_stops_a_batch(tmp_path: Path) -> None:
     embedder = make_model(tmp_path / "embed", task="embed")
     config = tmp_path / "one.toml"
     config.write_text(f'[[model]]\nid = "{EMBED}"\npath = "{embedder}"\nmax_active = 1\nmax_queued = 0\n')
-    with start_host("--config", str(config)) as narrow:
+    with start_host("--config", str(config), "--request-timeout", "3") as narrow:
         vectors(embed(narrow, input="warm"))
-        passes = pooled(narrow)["passes"]
-        leaving = threading.Thread(target=_leave_after, args=(narrow, 4.0))
-        leaving.start()
-        wait_until(lambda: pooled(narrow)["passes"] > passes)  # it holds the one slot
+        before = pooled(narrow)
+        answers: list[httpx.Response] = []
+        holder = threading.Thread(target=lambda: answers.append(embed(narrow, **long_request())))
+        holder.start()
+        wait_until(lambda: pooled(narrow)["passes"] > before["passes"])  # it holds the one slot
         refused = embed(narrow, input="more")
-        leaving.join()
+        holder.join(30)
         assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
         assert "at capacity" in refused.json()["error"]["message"]
-        # Its slot is free once it left: the next request is served.
+        # Its 20 s of passes ran past the 3 s deadline: stopped, its inputs not yet run dropped.
+        assert answers[0].status_code == 504 and answers[0].json()["error"]["code"] == "deadline"
+        assert wait_until(lambda: pooled(narrow)["cancelled"] > before["cancelled"])
         wait_until(lambda: narrow.health()["admission"][EMBED]["active"] == 0)
         assert vectors(embed(narrow, input="more")).shape == (1, 64)
-
-
-def _leave_after(host: RunningHost, seconds: float) -> None:
-    with (
-        contextlib.suppress(httpx.ReadTimeout),
-        httpx.Client(base_url=host.url or "", timeout=httpx.Timeout(60, read=seconds)) as http,
-    ):
-        http.post("/v1/embeddings", json=long_request())
 
 
 def test_an_encoder_model_embeds_through_mlx_embeddings(tmp_path: Path) -> None:
