@@ -8,7 +8,8 @@ import pytest
 from mlx_lm.tool_parsers.json_tools import parse_tool_call
 
 from mlxhost.worker.engine.output import Markers, OutputParser
-from mlxhost.worker.engine.parts import Output
+from mlxhost.worker.engine.parts import CallArguments, CallBegun, Output
+from mlxhost.worker.engine.tool_formats import tool_format
 
 MARKERS = Markers("<think>", "</think>", "<tool_call>", "</tool_call>")
 REPLY = (
@@ -77,3 +78,27 @@ def test_a_lone_marker_prefix_is_held_only_until_it_cannot_be_one() -> None:
 def test_a_model_without_markers_answers_everything() -> None:
     parser = OutputParser(Markers())
     assert parser.feed("<think>hi</think>").content == "<think>hi</think>"
+
+
+def test_a_long_streamed_call_is_read_a_bounded_number_of_times_and_arrives_whole() -> None:
+    fmt = tool_format("json_tools")
+    assert fmt is not None
+    reads: list[int] = []
+
+    class Counting:
+        def partial(self, body: str, tools: object) -> object:
+            reads.append(len(body))
+            return fmt.partial(body, tools)  # type: ignore[union-attr]
+
+    content = "\n".join(f"    line {i}: value = compute(x[{i}], 'text {i}')" for i in range(300))
+    arguments = json.dumps({"path": "a.py", "content": content})
+    text = f'<tool_call>\n{{"name": "write_file", "arguments": {arguments}}}\n</tool_call>'
+    parser = OutputParser(MARKERS, parse_call=parse_tool_call, fmt=Counting())  # type: ignore[arg-type]
+    pieces = [parser.feed(text[i : i + 4]) for i in range(0, len(text), 4)] + [parser.finish()]
+    parts = [part for piece in pieces for part in piece.parts]
+    begun = next(i for i, piece in enumerate(pieces) if any(isinstance(p, CallBegun) for p in piece.parts))
+    assert begun <= 12  # announced as soon as its name is written (by its 48th character)
+    streamed = "".join(p.text for p in parts if isinstance(p, CallArguments))
+    assert json.loads(streamed) == json.loads(arguments)
+    assert len([p for p in parts if isinstance(p, CallArguments)]) > 100  # it still streams
+    assert len(reads) < 400 < len(text) // 4  # not once per token: 3,766 feeds

@@ -56,6 +56,10 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
+# A call body being written is read again for streaming once it grew by this fraction of itself.
+REREAD_FRACTION = 64
+
+
 class OutputParser:
     """Feed it text as it comes (`feed`), then `finish`; each returns what is now known of it.
 
@@ -89,6 +93,7 @@ class OutputParser:
         self._mode = _Mode.REASONING if reasoning and self._thinks else _Mode.ANSWER
         self._held = ""  # text not yet sorted: a marker may be starting in it
         self._call = ""  # the body of the call being written
+        self._read_at = 0  # its length when it was last read for streaming
         self._begun: list[_Begun] = []  # the calls of that body announced so far
         # Just past a marker: the newlines a template writes after one are layout, not text.
         self._trim = self._mode is _Mode.REASONING
@@ -214,6 +219,13 @@ class OutputParser:
         """Announce the body's calls whose names are known, and send what is new of their arguments."""
         if self._fmt is None:
             return
+        # Each reading parses the whole body so far: read at every token, a long call would cost
+        # O(n^2) (a 15,000-character file written by a tool call took 3.3 s of the event loop).
+        # Read again once the body grew by a REREAD_FRACTION of itself: a short call at every
+        # token, a long one's arguments in pieces of about that fraction; its end reads it whole.
+        if len(self._call) - self._read_at < len(self._call) // REREAD_FRACTION:
+            return
+        self._read_at = len(self._call)
         for i, partial in enumerate(self._fmt.partial(self._call, self._tools)):
             if i == len(self._begun):
                 if partial.name is None:
@@ -281,6 +293,7 @@ class OutputParser:
 
     def _end_call(self) -> None:
         self._call = ""
+        self._read_at = 0
         self._begun = []
         self._mode = _Mode.ANSWER
 
