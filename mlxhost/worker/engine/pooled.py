@@ -23,10 +23,12 @@ from typing import Any, Protocol
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
 
 from mlxhost.worker.engine.pooled_work import PooledQueue, PooledWork, Row
 
 __all__ = ["DecoderPooler", "NotPoolable", "PooledCounters", "PooledPasses", "Pooler", "hidden_body"]
+
 
 class Pooler(Protocol):
     """A model's pooled passes: DecoderPooler here, EncoderPooler (encoders.py) for an encoder."""
@@ -54,9 +56,16 @@ def hidden_body(model: Any) -> Any:
 
 
 class DecoderPooler:
-    """Embeddings and yes/no scores from a decoder model that mlx-lm loaded."""
+    """Embeddings and yes/no scores from a decoder model that mlx-lm loaded.
 
-    def __init__(self, model: Any) -> None:
+    An input longer than `long_input` tokens runs alone, in chunks of that many over a KV cache,
+    as a long prompt is prefilled: in one piece, a context-long input's attention would hold
+    tokens² scores per head at once (tens of GB for 32k tokens where no fused kernel runs).
+    """
+
+    def __init__(self, model: Any, long_input: int = 2048) -> None:
+        self.model = model
+        self.long_input = long_input
         self.body = hidden_body(model)
         head = getattr(model, "lm_head", None)
         if head is None:
@@ -78,6 +87,8 @@ class DecoderPooler:
 
     def embed(self, rows: list[list[int]], pooling: str) -> mx.array:
         """One L2-normalised vector per input, float32 [rows, width]."""
+        if max(len(r) for r in rows) > self.long_input:
+            return mx.stack([_normalised(self._pooled_in_chunks(row, pooling)) for row in rows])
         hidden, lengths = self.hidden(rows)
         hidden = hidden.astype(mx.float32)
         if pooling == "last":
@@ -87,16 +98,44 @@ class DecoderPooler:
         else:  # mean over the real tokens only
             mask = (mx.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(mx.float32)
             pooled = (hidden * mask[..., None]).sum(axis=1) / lengths[:, None].astype(mx.float32)
-        norm = mx.sqrt((pooled * pooled).sum(axis=-1, keepdims=True))
-        return pooled / mx.maximum(norm, 1e-12)
+        return _normalised(pooled)
 
     def score(self, rows: list[list[int]], yes: int, no: int) -> mx.array:
         """P("yes") against P("no") as each input's next token, float32 [rows]."""
-        hidden, lengths = self.hidden(rows)
-        last = hidden[mx.arange(len(rows)), lengths - 1]
+        if max(len(r) for r in rows) > self.long_input:
+            last = mx.stack([self._pooled_in_chunks(row, "last") for row in rows])
+        else:
+            hidden, lengths = self.hidden(rows)
+            last = hidden[mx.arange(len(rows)), lengths - 1]
         logits = self.head(last[:, None, :])[:, 0, :].astype(mx.float32)
         pair = mx.stack([logits[:, no], logits[:, yes]], axis=-1)
         return mx.exp(nn.log_softmax(pair, axis=-1))[:, 1]
+
+    def _pooled_in_chunks(self, row: list[int], pooling: str) -> mx.array:
+        """One long input's pooled hidden state [width] (float32, not normalised), computed in
+        chunks of `long_input` tokens over a KV cache, each evaluated before the next."""
+        cache = make_prompt_cache(self.model)
+        total: mx.array | None = None
+        for start in range(0, len(row), self.long_input):
+            hidden = self.body(mx.array([row[start : start + self.long_input]]), cache=cache)[0]
+            hidden = hidden.astype(mx.float32)
+            if pooling == "mean":
+                part = hidden.sum(axis=0)
+                total = part if total is None else total + part
+            elif pooling == "cls":
+                total = hidden[0]
+                mx.eval(total)
+                break  # causal: the first token's state is the first chunk's alone
+            else:
+                total = hidden[-1]
+            mx.eval(total, [c.state for c in cache])
+        assert total is not None
+        return total / len(row) if pooling == "mean" else total
+
+
+def _normalised(pooled: mx.array) -> mx.array:
+    norm = mx.sqrt((pooled * pooled).sum(axis=-1, keepdims=True))
+    return pooled / mx.maximum(norm, 1e-12)
 
 
 @dataclass
