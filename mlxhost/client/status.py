@@ -99,10 +99,11 @@ def render(target: Target, health: dict[str, Any], state: HostState) -> str:
         f"sessions: {len(sessions.live)} live, {sessions.closed} closed of {sessions.opened} opened",
     ]
     for session in sessions.live:
-        lines.append(
-            f"  {session.id}  {session.model}  {session.state}  {session.tokens} tokens  "
-            f"{session.tokens_per_s} tok/s  {duration(session.age_s)}"
-        )
+        if session.kind == "generate":
+            work = f"{session.tokens} tokens  {session.tokens_per_s} tok/s"
+        else:  # an embed or rerank session: its inputs and their tokens, once its worker is done
+            work = f"{session.kind}  {session.inputs} inputs  {session.prompt_tokens} tokens"
+        lines.append(f"  {session.id}  {session.model}  {session.state}  {work}  {duration(session.age_s)}")
     return "\n".join(lines)
 
 

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from mlxhost.client.admin import Target
 from mlxhost.client.human import count
+from mlxhost.client.status import render
 from mlxhost.wire.admin import AdminEvent
 from mlxhost_tui.model import ConsoleModel
 from mlxhost_tui.text import describe
@@ -167,3 +169,11 @@ def test_the_log_says_what_a_pooled_session_did() -> None:
 )  # fmt: skip
 def test_counts_fit_five_characters(value: int, text: str) -> None:
     assert count(value) == text
+
+
+def test_mlxhost_status_says_what_a_pooled_session_does() -> None:
+    live = pooled_data(RERANK, "rerank", "running", 100, 840)
+    state = state_with(lambda data: data["sessions"]["live"].append(live))
+    text = render(Target(url="http://127.0.0.1:8080"), {"status": "ok"}, state)
+    assert f"{RERANK}  bge-small  running  rerank  100 inputs  840 tokens" in text
+    assert "  qwen-0.5b  running  310 tokens  24.8 tok/s" in text  # a generation reads as before
