@@ -71,3 +71,12 @@ def test_a_request_wakes_the_thread() -> None:
     wake = threading.Event()
     PooledQueue(wake).submit(PooledWork("embed", [[1]]))
     assert wake.is_set()
+
+
+def test_an_input_past_alone_over_runs_alone_and_joins_no_batch() -> None:
+    pending = queue()
+    work = PooledWork("embed", [[1] * 300, [1] * 200, [1] * 250, [1] * 260])
+    pending.submit(work)
+    assert taken(pending.next_batch(10_000, 64, alone_over=256)) == [(work.id, 0)]
+    assert taken(pending.next_batch(10_000, 64, alone_over=256)) == [(work.id, 1), (work.id, 2)]
+    assert taken(pending.next_batch(10_000, 64, alone_over=256)) == [(work.id, 3)]

@@ -88,7 +88,7 @@ class DecoderPooler:
     def embed(self, rows: list[list[int]], pooling: str) -> mx.array:
         """One L2-normalised vector per input, float32 [rows, width]."""
         if max(len(r) for r in rows) > self.long_input:
-            return mx.stack([_normalised(self._pooled_in_chunks(row, pooling)) for row in rows])
+            return mx.stack([self.long_pass(row, pooling).run() for row in rows])
         hidden, lengths = self.hidden(rows)
         hidden = hidden.astype(mx.float32)
         if pooling == "last":
@@ -103,39 +103,67 @@ class DecoderPooler:
     def score(self, rows: list[list[int]], yes: int, no: int) -> mx.array:
         """P("yes") against P("no") as each input's next token, float32 [rows]."""
         if max(len(r) for r in rows) > self.long_input:
-            last = mx.stack([self._pooled_in_chunks(row, "last") for row in rows])
-        else:
-            hidden, lengths = self.hidden(rows)
-            last = hidden[mx.arange(len(rows)), lengths - 1]
+            return mx.stack([self.long_pass(row, "last", (yes, no)).run() for row in rows])
+        hidden, lengths = self.hidden(rows)
+        return self.yes_probability(hidden[mx.arange(len(rows)), lengths - 1], yes, no)
+
+    def yes_probability(self, last: mx.array, yes: int, no: int) -> mx.array:
+        """P("yes") against P("no") after each final hidden state [rows, width]: [rows]."""
         logits = self.head(last[:, None, :])[:, 0, :].astype(mx.float32)
         pair = mx.stack([logits[:, no], logits[:, yes]], axis=-1)
         return mx.exp(nn.log_softmax(pair, axis=-1))[:, 1]
 
-    def _pooled_in_chunks(self, row: list[int], pooling: str) -> mx.array:
-        """One long input's pooled hidden state [width] (float32, not normalised), computed in
-        chunks of `long_input` tokens over a KV cache, each evaluated before the next."""
-        cache = make_prompt_cache(self.model)
-        total: mx.array | None = None
-        for start in range(0, len(row), self.long_input):
-            hidden = self.body(mx.array([row[start : start + self.long_input]]), cache=cache)[0]
-            hidden = hidden.astype(mx.float32)
-            if pooling == "mean":
-                part = hidden.sum(axis=0)
-                total = part if total is None else total + part
-            elif pooling == "cls":
-                total = hidden[0]
-                mx.eval(total)
-                break  # causal: the first token's state is the first chunk's alone
-            else:
-                total = hidden[-1]
-            mx.eval(total, [c.state for c in cache])
-        assert total is not None
-        return total / len(row) if pooling == "mean" else total
+    def long_pass(self, row: list[int], pooling: str, yes_no: tuple[int, int] | None = None) -> LongPass:
+        return LongPass(self, row, pooling, yes_no)
+
+
+class LongPass:
+    """One input longer than a pass takes, run a chunk at a time over a KV cache of its own, as a
+    long prompt is prefilled: the generation steps beside it go on between its chunks."""
+
+    def __init__(
+        self, pooler: DecoderPooler, row: list[int], pooling: str, yes_no: tuple[int, int] | None
+    ) -> None:
+        self.pooler, self.row, self.pooling, self.yes_no = pooler, row, pooling, yes_no
+        self.cache = make_prompt_cache(pooler.model)
+        self.at = 0  # tokens run so far
+        self._total: mx.array | None = None
+
+    def advance(self, tokens: int) -> mx.array | None:
+        """Run the input's next `tokens`; once its last ran, its result: the normalised vector
+        [width], or the probability of "yes" (a scalar)."""
+        chunk = self.row[self.at : self.at + tokens]
+        hidden = self.pooler.body(mx.array([chunk]), cache=self.cache)[0].astype(mx.float32)
+        self.at += len(chunk)
+        if self.yes_no is None and self.pooling == "mean":
+            part = hidden.sum(axis=0)
+            self._total = part if self._total is None else self._total + part
+        elif self.yes_no is None and self.pooling == "cls":
+            self._total = hidden[0]
+            self.at = len(self.row)  # causal: the first token's state needs nothing after it
+        else:
+            self._total = hidden[-1]
+        mx.eval(self._total, [c.state for c in self.cache])
+        if self.at < len(self.row):
+            return None
+        if self.yes_no is not None:
+            return self.pooler.yes_probability(self._total[None], *self.yes_no)[0]
+        pooled = self._total / len(self.row) if self.pooling == "mean" else self._total
+        return _normalised(pooled)
+
+    def run(self) -> mx.array:
+        """All of it, in chunks of the pooler's `long_input`."""
+        while (result := self.advance(self.pooler.long_input)) is None:
+            pass
+        return result
 
 
 def _normalised(pooled: mx.array) -> mx.array:
     norm = mx.sqrt((pooled * pooled).sum(axis=-1, keepdims=True))
     return pooled / mx.maximum(norm, 1e-12)
+
+
+MIN_CHUNK = 16  # tokens: the least a pass takes beside decoding streams, however slow the model
 
 
 @dataclass
@@ -163,34 +191,69 @@ class PooledPasses:
         self._tokens_per_second: float | None = None  # padded tokens, measured over the last passes
         self.pooler: Pooler | None = None  # set at load, for a model that pools
         self.counters = PooledCounters()
+        self._long: tuple[Row, LongPass] | None = None  # a long input part-way through its chunks
 
     def step(self, paused: bool, stream: Any, decoding: bool = False) -> bool:
         """Drop cancelled work, then run one pass if any input waits, on `stream` (the generation's:
         an MLX stream belongs to one thread); whether one ran. While `decoding`, the pass is cut
-        to about `beside_seconds` of work."""
+        to about `beside_seconds` of work. An input longer than the pooler's `long_input` runs
+        alone, a chunk a step (`LongPass`), until it is done."""
         for work in self.queue.dropped():
             self.counters.cancelled += sum(1 for r in work.results if r is None)
             self._finish(work)
+        if self._long is not None and self._long[0].work.finished:
+            self._long = None  # its request was cancelled
         if paused or self.pooler is None:
             return False
         budget = self.token_budget
         if decoding and self._tokens_per_second is not None:
-            budget = min(budget, int(self._tokens_per_second * self.beside_seconds))
-        rows = self.queue.next_batch(budget, self.max_rows)
-        if not rows:
-            return False
-        began = time.perf_counter()
+            budget = max(MIN_CHUNK, min(budget, int(self._tokens_per_second * self.beside_seconds)))
+        # Only a decoder pooler runs long inputs in chunks; an encoder's context is short.
+        long_input = self.pooler.long_input if isinstance(self.pooler, DecoderPooler) else None
+        if self._long is None:
+            rows = self.queue.next_batch(budget, self.max_rows, alone_over=long_input)
+            if not rows:
+                return False
+            if long_input is None or len(rows[0].tokens) <= long_input:
+                began = time.perf_counter()
+                with mx.stream(stream):
+                    padded = self._run(self.pooler, rows)
+                self._measured(padded, time.perf_counter() - began)
+                return True
+            assert isinstance(self.pooler, DecoderPooler)
+            work = rows[0].work
+            self._long = (rows[0], self.pooler.long_pass(rows[0].tokens, work.pooling, work.yes_no))
         with mx.stream(stream):
-            padded = self._run(self.pooler, rows)
-        rate = padded / max(time.perf_counter() - began, 1e-6)
-        last = self._tokens_per_second
-        self._tokens_per_second = rate if last is None else 0.5 * last + 0.5 * rate
+            self._advance_long(min(budget, long_input or budget))
         return True
 
     def fail_all(self, message: str) -> None:
         for work in self.queue.open_works():
             work.error = message
             self._finish(work)
+
+    def _measured(self, tokens: int, seconds: float) -> None:
+        rate = tokens / max(seconds, 1e-6)
+        last = self._tokens_per_second
+        self._tokens_per_second = rate if last is None else 0.5 * last + 0.5 * rate
+
+    def _advance_long(self, tokens: int) -> None:
+        assert self._long is not None
+        row, long = self._long
+        before, began = long.at, time.perf_counter()
+        result = long.advance(tokens)
+        ran = long.at - before
+        self._measured(ran, time.perf_counter() - began)
+        self.counters.passes += 1
+        self.counters.tokens += ran
+        self.counters.padded_tokens += ran
+        if result is None:
+            return
+        self._long = None
+        self.counters.inputs += 1
+        self.counters.largest_pass = max(self.counters.largest_pass, 1)
+        value = np.array(result, copy=False)
+        self._settle(row, value.copy() if value.ndim else float(value))
 
     def _run(self, pooler: Pooler, rows: list[Row]) -> int:
         """Run one pass; the padded tokens it computed."""
@@ -211,12 +274,15 @@ class PooledPasses:
         counters.padded_tokens += padded
         counters.largest_pass = max(counters.largest_pass, len(rows))
         for at, row in enumerate(rows):
-            work = row.work
-            work.results[row.index] = values[at].copy() if values.ndim > 1 else float(values[at])
-            work.done += 1
-            if work.done == len(work.inputs):
-                self._finish(work)
+            self._settle(row, values[at].copy() if values.ndim > 1 else float(values[at]))
         return padded
+
+    def _settle(self, row: Row, value: Any) -> None:
+        work = row.work
+        work.results[row.index] = value
+        work.done += 1
+        if work.done == len(work.inputs):
+            self._finish(work)
 
     def _finish(self, work: PooledWork) -> None:
         if work.finished:

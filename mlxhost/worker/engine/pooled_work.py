@@ -122,15 +122,19 @@ class PooledQueue:
                 self._forget(work)
         return gone
 
-    def next_batch(self, token_budget: int, max_rows: int) -> list[Row]:
+    def next_batch(self, token_budget: int, max_rows: int, alone_over: int | None = None) -> list[Row]:
         """The inputs of the next pass: the oldest waiting one, and others of its bucket (and pass
         key) in arrival order, while the padded batch (rows times the longest) stays within
-        `token_budget` and `max_rows`."""
+        `token_budget` and `max_rows`. The oldest alone when it is longer than `alone_over`
+        (it runs in chunks); no other that long joins a batch."""
         with self._lock:
             if not self._works:
                 return []
             first = self._works[0]
-            size = bucket(len(first.inputs[self._next[first.id][0]]))
+            oldest = len(first.inputs[self._next[first.id][0]])
+            if alone_over is not None and oldest > alone_over:
+                return self._taken([Row(first, self._next[first.id][0])])
+            size = bucket(oldest)
             rows: list[Row] = []
             longest = 0
             for work in list(self._works):
@@ -139,7 +143,7 @@ class PooledQueue:
                 left = self._next[work.id]
                 for index in list(left):
                     length = len(work.inputs[index])
-                    if bucket(length) != size:
+                    if bucket(length) != size or (alone_over is not None and length > alone_over):
                         continue
                     wider = max(longest, length)
                     if rows and (wider * (len(rows) + 1) > token_budget or len(rows) >= max_rows):
