@@ -1,0 +1,1 @@
+"""The per-row batch: each row its own KV cache, attention over each row's own length."""
