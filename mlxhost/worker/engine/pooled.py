@@ -198,12 +198,16 @@ class PooledPasses:
         an MLX stream belongs to one thread); whether one ran. While `decoding`, the pass is cut
         to about `beside_seconds` of work. An input longer than the pooler's `long_input` runs
         alone, a chunk a step (`LongPass`), until it is done."""
+        # Called before every generation step: a model that does not pool, or has nothing to
+        # pool, costs it no lock and no list.
+        if self.pooler is None or (self._long is None and self.queue.idle()):
+            return False
         for work in self.queue.dropped():
             self.counters.cancelled += sum(1 for r in work.results if r is None)
             self._finish(work)
         if self._long is not None and self._long[0].work.finished:
             self._long = None  # its request was cancelled
-        if paused or self.pooler is None:
+        if paused:
             return False
         budget = self.token_budget
         if decoding and self._tokens_per_second is not None:

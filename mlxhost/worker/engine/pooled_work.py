@@ -102,8 +102,9 @@ class PooledQueue:
         self._wake.set()
 
     def idle(self) -> bool:
-        with self._lock:
-            return not self._works and not self.running
+        # Without the lock: the generation thread asks before every step, and a work submitted
+        # as it reads is seen at the next (submit sets `wake`). A list's truth is read atomically.
+        return not self._works and not self.running
 
     def waiting(self) -> int:
         """Inputs not yet taken into a pass."""

@@ -74,6 +74,7 @@ class Tokenizer:
         # One encode at a time, off the event loop (see _run). Made in the generation thread,
         # which loads the model: anyio binds the limiter to the event loop at its first use.
         self._limiter = anyio.CapacityLimiter(1)
+        self._token_ids: dict[str, int] = {}  # token_id's answers
 
     def warm(self) -> None:
         """Compile the chat template now, while the model loads: the first request (the one that
@@ -147,7 +148,10 @@ class Tokenizer:
         return await self._run(render)
 
     async def token_id(self, word: str) -> int:
-        """The id of the token that spells `word` (its first token, when it takes several)."""
+        """The id of the token that spells `word` (its first token, when it takes several);
+        looked up once (a reranker asks for "yes" and "no" on every request)."""
+        if (known := self._token_ids.get(word)) is not None:
+            return known
         encoder = self._encoder
 
         def find() -> int:
@@ -157,7 +161,8 @@ class Tokenizer:
                     return found
                 return int(encoder.encode(word, add_special_tokens=False)[0])
 
-        return await self._run(find)
+        self._token_ids[word] = found = await self._run(find)
+        return found
 
     async def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's ids, with the tokenizer's special tokens (an embedding model's closing
