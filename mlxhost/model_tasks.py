@@ -29,10 +29,12 @@ from mlxhost.wire.launch import TASKS
 
 __all__ = [
     "ENCODER_TYPES",
+    "SERVED_ENCODERS",
     "TASKS",
     "ModelKind",
     "detect",
     "encoder_problem",
+    "model_type_of",
     "task_list",
 ]
 
@@ -76,7 +78,7 @@ def task_list(value: object) -> tuple[str, ...]:
 def detect(path: Path) -> ModelKind:
     """What the model directory at `path` is for; a generation model when its files do not say."""
     config = _json(path / "config.json")
-    model_type = _model_type(config)
+    model_type = model_type_of(config)
     encoder = model_type in ENCODER_TYPES
     architectures = [str(a) for a in config.get("architectures") or ()]
     matryoshka = bool(config.get("is_matryoshka") or config.get("matryoshka_dimensions"))
@@ -111,7 +113,8 @@ def encoder_problem(kind: ModelKind) -> str | None:
     return None
 
 
-def _model_type(config: dict[str, Any]) -> str:
+def model_type_of(config: dict[str, Any]) -> str:
+    """config.json's model_type, lower case, dashes as underscores (mlx-embeddings' module names)."""
     return str(config.get("model_type", "")).lower().replace("-", "_")
 
 

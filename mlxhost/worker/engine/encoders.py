@@ -21,11 +21,10 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-__all__ = ["ENCODER_MODULES", "EncoderNotSupported", "EncoderPooler", "NoGeneration", "load_encoder"]
+from mlxhost.model_tasks import SERVED_ENCODERS, model_type_of
 
-# config.json model_type (dashes as underscores) -> the mlx-embeddings 0.1 module that runs it.
-# mlx-embeddings has no module for roberta, nomic_bert, distilbert, mpnet or electra.
-ENCODER_MODULES = {"bert": "bert", "xlm_roberta": "xlm_roberta", "modernbert": "modernbert"}
+__all__ = ["EncoderNotSupported", "EncoderPooler", "NoGeneration", "load_encoder"]
+
 
 
 class EncoderNotSupported(Exception):
@@ -37,7 +36,7 @@ class EncoderPooler:
 
     def __init__(self, model: Any, config: dict[str, Any]) -> None:
         self.model = model
-        self.model_type = _model_type(config)
+        self.model_type = model_type_of(config)
         self.hidden_size = int(config["hidden_size"])
         vocab = int(config.get("vocab_size") or 0)
         pad = config.get("pad_token_id")
@@ -104,11 +103,11 @@ def load_encoder(path: Path) -> tuple[EncoderPooler, Any]:
     module for the model's architecture.
     """
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    model_type = _model_type(config)
-    if model_type not in ENCODER_MODULES:
+    model_type = model_type_of(config)
+    if model_type not in SERVED_ENCODERS:
         raise EncoderNotSupported(
             f"mlx-embeddings cannot run a {config.get('model_type')!r} encoder; it runs "
-            + ", ".join(sorted(ENCODER_MODULES))
+            + ", ".join(sorted(SERVED_ENCODERS))
         )
     # Imported here: an optional extra, and a heavy import (transformers, mlx-vlm).
     from mlx_embeddings.utils import load_model
@@ -118,10 +117,6 @@ def load_encoder(path: Path) -> tuple[EncoderPooler, Any]:
     # tokenizer from mlx-lm rather than mlx-embeddings' own wrapper.
     model = load_model(path)
     return EncoderPooler(model, config), load_tokenizer(path)
-
-
-def _model_type(config: dict[str, Any]) -> str:
-    return str(config.get("model_type", "")).lower().replace("-", "_")
 
 
 def _context_length(config: dict[str, Any], model_type: str, pad_id: int) -> int | None:
