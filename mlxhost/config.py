@@ -23,12 +23,15 @@ from mlxhost.config_values import (
     text,
 )
 from mlxhost.model_spec import (
+    MAX_DRAFT_TOKENS,
     ModelSpec,
     alias_list,
+    draft_tokens_value,
     kv_bits_value,
     kv_group_size_value,
     model_list,
     model_name,
+    speculate_value,
 )
 
 __all__ = ["DEMOS", "KV_LAYOUTS", "ConfigError", "Settings", "binds"]
@@ -209,6 +212,17 @@ class Settings:
         "KV quantized to this many bits, per row (0: off, or 4 or 8; the per_row layout only)",
     )
     kv_group_size: int = _option(64, kv_group_size_value, "values per KV quantization group: 32, 64 or 128")
+    speculate: str = _option(
+        "lookup",
+        speculate_value,
+        "speculative decoding: lookup drafts each row's next tokens from its own prompt and output "
+        "and verifies them in one pass; off never drafts",
+    )
+    draft_tokens: int = _option(
+        6,
+        draft_tokens_value,
+        f"most draft tokens per row and step when speculating (1 to {MAX_DRAFT_TOKENS})",
+    )
     prefill_chunk_ms: float = _option(
         50.0,
         positive_number,

@@ -19,14 +19,18 @@ from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec
 __all__ = [
     "KV_BITS",
     "KV_GROUP_SIZES",
+    "MAX_DRAFT_TOKENS",
+    "SPECULATE_MODES",
     "ModelSpec",
     "alias_list",
     "check_names",
+    "draft_tokens_value",
     "is_pattern",
     "kv_bits_value",
     "kv_group_size_value",
     "model_list",
     "model_name",
+    "speculate_value",
 ]
 
 # A model's aliases may be patterns: '*' matches any run of characters, '?' any one.
@@ -35,6 +39,11 @@ WILDCARDS = "*?"
 # none (the model's own precision), in groups of this many values.
 KV_BITS = (0, 4, 8)
 KV_GROUP_SIZES = (32, 64, 128)
+# Speculative decoding in the per-row batch (the engine's `speculate`): "lookup" drafts each row's
+# next tokens from its own prompt and output, "off" never drafts; at most MAX_DRAFT_TOKENS drafts
+# per row and step.
+SPECULATE_MODES = ("lookup", "off")
+MAX_DRAFT_TOKENS = 16
 
 
 def is_pattern(name: str) -> bool:
@@ -60,6 +69,8 @@ class ModelSpec:
     max_tokens_limit: int | None = None  # largest max_tokens; None: the host's max_tokens_limit
     kv_bits: int | None = None  # its KV quantized to 4 or 8 bits, 0 not; None: the host's kv_bits
     kv_group_size: int | None = None  # values per quantization group; None: the host's kv_group_size
+    speculate: str | None = None  # "lookup" or "off"; None: the host's speculate
+    draft_tokens: int | None = None  # most drafts per row and step; None: the host's draft_tokens
     adapter: str | None = None  # a LoRA adapter directory (mlx-lm's), loaded over the model
     group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.ranks); None: one worker
     # What it serves (mlxhost.model_tasks): "generate", "embed", "rerank"; None: as its files say.
@@ -105,6 +116,16 @@ def kv_group_size_value(value: object) -> int:
     return size
 
 
+def speculate_value(value: object) -> str:
+    if not isinstance(value, str) or value.lower() not in SPECULATE_MODES:
+        raise ValueError
+    return value.lower()
+
+
+speculate_value.__doc__ = f"one of {', '.join(SPECULATE_MODES)}"
+draft_tokens_value = integer(1, MAX_DRAFT_TOKENS)
+
+
 def alias_list(value: object) -> tuple[str, ...]:
     """a name or pattern (* and ?), a comma-separated list of them, or a list of them"""
     if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
@@ -133,8 +154,8 @@ def _alias_problem(alias: str) -> str | None:
 
 _MODEL_KEYS = {
     "id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued",
-    "max_tokens_limit", "kv_bits", "kv_group_size", "adapter", "ranks", "backend", "hosts", "hostfile",
-    "sharding", "task",
+    "max_tokens_limit", "kv_bits", "kv_group_size", "speculate", "draft_tokens", "adapter", "ranks",
+    "backend", "hosts", "hostfile", "sharding", "task",
 }  # fmt: skip
 
 # A [[model]]'s own values over the host's settings of the same name: each key's check.
@@ -146,6 +167,8 @@ _OWN_VALUES: dict[str, Callable[[object], object]] = {
     "max_tokens_limit": integer(1),
     "kv_bits": kv_bits_value,
     "kv_group_size": kv_group_size_value,
+    "speculate": speculate_value,
+    "draft_tokens": draft_tokens_value,
 }
 
 

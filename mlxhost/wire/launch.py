@@ -77,10 +77,11 @@ class WorkerOptions:
     """The settings a worker reads, by their `Settings` names: exactly those, and no others.
 
     The parent fills every one from its own settings (a model's own `max_batch`, `max_tokens_limit`,
-    `kv_bits` and `kv_group_size` over the host's); None is the setting's default, for a record
-    written by hand (tests). `tests/unit/test_launch.py` fails when worker code reads a setting this
-    record does not carry: such a setting would silently keep its default in every worker. Not
-    carried: what only a worker that is its own host (`--in-process`) reads, its front door's settings.
+    `kv_bits`, `kv_group_size`, `speculate` and `draft_tokens` over the host's); None is the
+    setting's default, for a record written by hand (tests). `tests/unit/test_launch.py` fails when
+    worker code reads a setting this record does not carry: such a setting would silently keep its
+    default in every worker. Not carried: what only a worker that is its own host (`--in-process`)
+    reads, its front door's settings.
     """
 
     max_body_bytes: int | None = None
@@ -93,6 +94,8 @@ class WorkerOptions:
     kv_layout: str | None = None
     kv_bits: int | None = None
     kv_group_size: int | None = None
+    speculate: str | None = None
+    draft_tokens: int | None = None
     prefill_chunk_ms: float | None = None
     prompt_cache_size: int | None = None
     prompt_cache_mb: int | None = None

@@ -52,6 +52,8 @@ def engine_options(
         kv_layout=settings.kv_layout,
         kv_bits=settings.kv_bits or None,  # 0: not quantized
         kv_group_size=settings.kv_group_size,
+        speculate=settings.speculate,
+        draft_tokens=settings.draft_tokens,
         prefill_chunk_seconds=settings.prefill_chunk_ms / 1000,
         prompt_cache_entries=settings.prompt_cache_size,
         prompt_cache_bytes=settings.prompt_cache_mb << 20,

@@ -46,6 +46,10 @@ def test_env_can_name_the_config_file(tmp_path: Path) -> None:
         ("kv_bits = 6\n", r"option 'kv_bits'.*6; expected 0 \(off\), 4 or 8"),
         ("kv_group_size = 48\n", "option 'kv_group_size'.*48; expected 32, 64 or 128"),
         ("prefill_chunk_ms = 0\n", "option 'prefill_chunk_ms'.*0; expected a number > 0"),
+        ('speculate = "ngram"\n', "option 'speculate'.*'ngram'; expected one of lookup, off"),
+        ("speculate = false\n", "option 'speculate'.*False; expected one of lookup, off"),
+        ("draft_tokens = 0\n", "option 'draft_tokens'.*0; expected an integer >= 1 and <= 16"),
+        ("draft_tokens = 17\n", "option 'draft_tokens'.*17; expected an integer >= 1 and <= 16"),
     ],
 )
 def test_bad_file_values_are_named(tmp_path: Path, text: str, message: str) -> None:
@@ -69,6 +73,21 @@ def test_the_kv_settings_come_from_file_and_environment(tmp_path: Path) -> None:
     assert (Settings().kv_layout, Settings().kv_bits, Settings().prefill_chunk_ms) == ("per_row", 0, 50.0)
 
 
+def test_speculation_is_on_by_default_and_set_from_file_environment_or_flag(tmp_path: Path) -> None:
+    assert (Settings().speculate, Settings().draft_tokens) == ("lookup", 6)
+    file = tmp_path / "spec.toml"
+    file.write_text('speculate = "OFF"\ndraft_tokens = 3\n')
+    settings = load_settings(env={"MLXHOST_DRAFT_TOKENS": "16"}, config_file=file)
+    assert (settings.speculate, settings.draft_tokens) == ("off", 16)  # the environment beats the file
+    flagged = load_settings(cli={"speculate": "lookup", "draft_tokens": "1"}, env={}, config_file=file)
+    assert (flagged.speculate, flagged.draft_tokens) == ("lookup", 1)
+
+
+def test_a_bad_speculation_value_from_the_environment_is_named() -> None:
+    with pytest.raises(ConfigError, match="option 'draft_tokens'.*'six'; expected an integer >= 1 and <= 16"):
+        load_settings(env={"MLXHOST_DRAFT_TOKENS": "six"}, config_file=None)
+
+
 def models(text: str, tmp_path: Path) -> tuple[ModelSpec, ...]:
     file = tmp_path / "models.toml"
     file.write_text(text)
@@ -87,9 +106,23 @@ def test_a_model_table_has_its_own_kv_quantization_or_the_host_s(tmp_path: Path)
     assert (off.kv_bits, off.max_batch) == (0, 8)  # 0: off for this model, whatever the host's
 
 
+def test_a_model_table_has_its_own_speculation_or_the_host_s(tmp_path: Path) -> None:
+    off, plain = models(
+        '[[model]]\nid = "a"\npath = "/a"\nspeculate = "off"\ndraft_tokens = 2\n\n'
+        '[[model]]\nid = "b"\npath = "/b"\n',
+        tmp_path,
+    )
+    assert (off.speculate, off.draft_tokens) == ("off", 2)
+    assert (plain.speculate, plain.draft_tokens) == (None, None)  # the host's
+
+
 @pytest.mark.parametrize(
     ("key", "message"),
     [
+        ('speculate = "eagle"', "model 'big': 'speculate' must be one of lookup, off, not 'eagle'"),
+        ("speculate = 1", "model 'big': 'speculate' must be one of lookup, off, not 1"),
+        ("draft_tokens = 0", "model 'big': 'draft_tokens' must be an integer >= 1 and <= 16, not 0"),
+        ("draft_tokens = 6.5", "model 'big': 'draft_tokens' must be an integer >= 1 and <= 16, not 6.5"),
         ("kv_bits = 3", r"model 'big': 'kv_bits' must be 0 \(off\), 4 or 8, not 3"),
         ('kv_bits = "8bit"', r"model 'big': 'kv_bits' must be 0 \(off\), 4 or 8, not '8bit'"),
         ("kv_group_size = 16", "model 'big': 'kv_group_size' must be 32, 64 or 128, not 16"),

@@ -199,6 +199,22 @@ def test_the_worker_s_engine_takes_the_kv_options_its_launch_record_carries(
     assert padded.kv_layout == "padded" and padded.kv_bits is None and padded.prefill_chunk_seconds == 0.2
 
 
+def test_the_worker_s_engine_speculates_as_its_model_or_the_host_says() -> None:
+    from mlxhost.worker.serve import engine_options  # the worker's side: it imports MLX
+
+    settings = Settings(speculate="lookup", draft_tokens=8)
+
+    def engine_of(spec: ModelSpec) -> tuple[str, int]:
+        record = LaunchRecord.decode(launch_record(spec, Path("/m"), settings, Path("/run/m.sock")).encode())
+        options = engine_options(settings_from_options(record.options.given()))
+        return options.speculate, options.draft_tokens
+
+    assert engine_of(ModelSpec("m", "/m")) == ("lookup", 8)  # the host's
+    assert engine_of(ModelSpec("m", "/m", speculate="off")) == ("off", 8)
+    assert engine_of(ModelSpec("m", "/m", draft_tokens=2)) == ("lookup", 2)
+    assert (engine_options(Settings()).speculate, engine_options(Settings()).draft_tokens) == ("lookup", 6)
+
+
 def test_a_launch_record_with_an_option_the_worker_does_not_take_is_refused() -> None:
     line = RECORD.encode().replace(b'"options": {', b'"options": {"api_key": "s3cret", ', 1)
     with pytest.raises(BadLaunchRecord, match="unknown options 'api_key'"):

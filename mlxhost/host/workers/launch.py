@@ -41,7 +41,7 @@ def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket:
     values = {name: getattr(settings, name) for name in WORKER_OPTIONS}
     # Resolved here, so that every worker of this host files its prompt caches in the same place.
     values["state_dir"] = str(state_dir(settings))
-    for name in ("max_batch", "max_tokens_limit", "kv_bits", "kv_group_size"):
+    for name in ("max_batch", "max_tokens_limit", "kv_bits", "kv_group_size", "speculate", "draft_tokens"):
         if getattr(spec, name) is not None:
             values[name] = getattr(spec, name)
     options = WorkerOptions(**values)
