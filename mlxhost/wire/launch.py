@@ -6,8 +6,8 @@
                              parent is gone, and the worker stops (before a record: at once,
                              with status 0, since it made nothing).
     worker → parent stdout:  `MLXHOST-READY {json}` once serving, then `MLXHOST-EVENT {json}`
-                             lines (memory readings, session progress). Any other line, on
-                             stdout or stderr, is the worker's log.
+                             lines (memory readings, speculative decoding's totals, session
+                             progress). Any other line, on stdout or stderr, is the worker's log.
 
 The parent may write the record at once (a plain spawn), or keep the process as a warm standby and
 write it when a worker is needed (`mlxhost.host.workers.standby`): the worker behaves the same either way.
@@ -43,6 +43,7 @@ __all__ = [
     "MemoryReading",
     "ReadyLine",
     "SessionProgress",
+    "SpeculationReading",
     "StandbyLine",
     "WorkerOptions",
     "parse_line",
@@ -209,6 +210,30 @@ class MemoryReading:
 
 
 @dataclass(frozen=True)
+class SpeculationReading:
+    """A worker's speculative decoding since it started (its engine's totals): draft tokens
+    verified, those the model kept, a row's steps that verified drafts, and the tokens those
+    steps produced (the kept drafts and the model's own next token each)."""
+
+    drafted_tokens: int
+    accepted_tokens: int
+    verifications: int
+    verified_tokens: int
+
+    @property
+    def acceptance(self) -> float | None:
+        """The share of the drafts the model kept; None before any draft was verified."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+
+    @property
+    def tokens_per_verification(self) -> float | None:
+        return self.verified_tokens / self.verifications if self.verifications else None
+
+    def encode(self) -> str:
+        return WORKER_EVENT + json.dumps({"type": "worker.speculation", **asdict(self)})
+
+
+@dataclass(frozen=True)
 class SessionProgress:
     session: str  # the host's session id
     tokens: int
@@ -216,12 +241,17 @@ class SessionProgress:
     prompt_tokens: int = 0
     done: bool = False  # the session ended and the worker no longer holds its sequence
     inputs: int = 0  # an embed or rerank request's inputs, pooled (none for a generation)
+    # Speculative decoding's draft tokens verified, and those the model kept: said when `done`.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     def encode(self) -> str:
         return WORKER_EVENT + json.dumps({"type": "session.progress", **asdict(self)})
 
 
-def parse_line(line: str) -> ReadyLine | StandbyLine | MemoryReading | SessionProgress | None:
+def parse_line(
+    line: str,
+) -> ReadyLine | StandbyLine | MemoryReading | SpeculationReading | SessionProgress | None:
     """A protocol line from a worker's stdout, or None for a log line."""
     try:
         if line.startswith(WORKER_READY):
@@ -233,6 +263,8 @@ def parse_line(line: str) -> ReadyLine | StandbyLine | MemoryReading | SessionPr
             kind = data.pop("type", None)
             if kind == "worker.memory":
                 return MemoryReading(**data)
+            if kind == "worker.speculation":
+                return SpeculationReading(**data)
             if kind == "session.progress":
                 return SessionProgress(**data)
     except (ValueError, TypeError):

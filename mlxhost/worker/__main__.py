@@ -37,6 +37,7 @@ from mlxhost.wire.launch import (
     MemoryReading,
     ReadyLine,
     SessionProgress,
+    SpeculationReading,
     StandbyLine,
 )
 from mlxhost.wire.layout import ADMIN_TOKEN_FILE
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from mlxhost.worker.engine.pooled_work import PooledWork
 
 MEMORY_INTERVAL = 1.0
+SPECULATION_INTERVAL = 1.0  # a long stream's drafts are told while it runs, not only at its end
 PROGRESS_INTERVAL = 0.25
 PARENT_GONE = "parent gone (stdin closed)"
 PID_POLL = 1.0  # seconds
@@ -203,6 +205,7 @@ async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> 
             tg.start_soon(shutdown.watch_signals)
             tg.start_soon(_watch_parent, parent_gone, shutdown)
             tg.start_soon(_report_memory, engine)
+            tg.start_soon(_report_speculation, engine)
             tg.start_soon(_report_progress, engine)
 
     await serve_model(
@@ -249,13 +252,33 @@ async def _report_memory(engine: object) -> None:
             await engine.wait_request_finished()
 
 
+async def _report_speculation(engine: Engine) -> None:
+    """Tell the host the engine's draft totals when they change (never, while nothing drafts)."""
+    last = SpeculationReading(0, 0, 0, 0)
+    while True:
+        with anyio.move_on_after(SPECULATION_INTERVAL):
+            await engine.wait_request_finished()
+        stats = engine.statistics()
+        reading = SpeculationReading(
+            stats.drafted_tokens, stats.accepted_tokens, stats.verifications, stats.verified_tokens
+        )
+        if reading != last:
+            print(reading.encode(), flush=True)
+            last = reading
+
+
 def _report_final(session: GenerationSession) -> None:
     # The engine calls this as it delivers a session's last delta, after the generation thread
     # has removed the sequence from its batch: `done` tells the host that memory is free.
     if session.tag:
         rate = session.tokens / max(time.monotonic() - session.created, 1e-3)
         prompt = len(session.request.prompt)
-        report = SessionProgress(session.tag, session.tokens, round(rate, 1), prompt, done=True)
+        final = session.finish  # the last delta: it carries the session's draft totals
+        drafted, accepted = (final.drafted_tokens, final.accepted_tokens) if final else (0, 0)
+        report = SessionProgress(
+            session.tag, session.tokens, round(rate, 1), prompt, done=True,
+            drafted_tokens=drafted, accepted_tokens=accepted,
+        )  # fmt: skip
         print(report.encode(), flush=True)
 
 

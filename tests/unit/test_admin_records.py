@@ -49,6 +49,7 @@ from mlxhost.wire.admin import (
     SessionProgressed,
     SessionRecord,
     SessionsRecord,
+    SpeculationReading,
     StandbyRecord,
     StreamLagged,
     StreamReset,
@@ -80,6 +81,8 @@ WORKER = WorkerRecord(
     id="m", model="m", state="ready", pid=42, socket="/run/w1.sock", restarts=1, in_flight=2,
     uptime_s=3.0, ready_s=0.75, last_exit=EXIT, memory=MEMORY,
 )  # fmt: skip
+SPECULATION = SpeculationReading(drafted_tokens=40, accepted_tokens=30, verifications=12, verified_tokens=42)
+DRAFTING = WorkerRecord(**{**WORKER.__dict__, "speculation": SPECULATION})
 STATE = HostState(
     seq=9,
     host=HostRecord(pid=7, started=100.0, uptime_s=5.0, accepting=True),
@@ -121,6 +124,9 @@ EVENTS: list[AdminEvent] = [
     SessionClosed(session="s-1", model="m", tokens=3, age_ms=250, outcome=Outcome.completed("stop")),
     SessionClosed(session="s-2", model="m", tokens=0, age_ms=5, outcome=Outcome.cancelled(CancelReason.DEADLINE)),
     SessionClosed(session="s-3", model="m", tokens=0, age_ms=5, outcome=Outcome.failed("bad", "no good")),
+    SessionClosed(
+        session="s-5", model="m", tokens=9, age_ms=5, outcome=Outcome.completed("stop").with_drafts(8, 6)
+    ),
     AdmissionRejected(session="s-4", model="m", active=4, queued=8),
     AdmissionRejected(model="m", active=4, queued=8),
     JobQueued(job="j-1", kind="finetune", model="m"),
@@ -136,8 +142,8 @@ EVENTS: list[AdminEvent] = [
 ]
 
 RECORDS: list[Any] = [
-    EXIT, NEVER_STARTED, SESSION, CLOSED, WORKER, STATE, *STATE.models, STATE.sessions, STATE.host, STATE.execution,
-    *STATE.jobs,
+    EXIT, NEVER_STARTED, SESSION, CLOSED, WORKER, DRAFTING, STATE, *STATE.models, STATE.sessions, STATE.host,
+    STATE.execution, *STATE.jobs,
 ]  # fmt: skip
 
 
@@ -219,6 +225,30 @@ def test_the_state_keeps_its_wire_shape() -> None:
     assert data["jobs"][1]["result"] == {"model": "m-q4-j-1", "path": "/state/jobs/j-1/output"}
 
 
+def test_a_session_s_drafts_are_sent_with_its_outcome_only_when_it_drafted() -> None:
+    drafted = SessionClosed(
+        session="s", model="m", tokens=9, age_ms=1, outcome=Outcome.completed("stop").with_drafts(8, 6)
+    ).to_json()
+    assert list(drafted)[-4:] == ["kind", "finish_reason", "drafted_tokens", "accepted_tokens"]
+    assert (drafted["drafted_tokens"], drafted["accepted_tokens"]) == (8, 6)
+    cancelled = Outcome.cancelled(CancelReason.CLIENT_DISCONNECTED).with_drafts(3, 0)
+    assert cancelled.to_json() == {
+        "kind": "cancelled", "reason": "client_disconnected", "drafted_tokens": 3, "accepted_tokens": 0,
+    }  # fmt: skip
+    assert Outcome.completed("stop").with_drafts(0, 0) == Outcome.completed("stop")  # none drafted: no keys
+
+
+def test_a_worker_s_draft_totals_are_sent_once_it_drafted() -> None:
+    assert "speculation" not in WORKER.to_json()  # as before speculation
+    assert DRAFTING.to_json()["speculation"] == {
+        "drafted_tokens": 40, "accepted_tokens": 30, "verifications": 12, "verified_tokens": 42,
+    }  # fmt: skip
+    assert WorkerRecord.from_json(WORKER.to_json()).speculation is None
+    assert SPECULATION.acceptance == 0.75 and SPECULATION.tokens_per_verification == 3.5
+    none_yet = SpeculationReading(0, 0, 0, 0)
+    assert none_yet.acceptance is None and none_yet.tokens_per_verification is None
+
+
 def test_a_state_from_a_host_before_jobs_reads_as_idle() -> None:
     data = STATE.to_json()
     del data["execution"], data["jobs"]
@@ -297,6 +327,23 @@ def test_a_session_publishes_records() -> None:
     assert closed.tokens == 4 and closed.session == opened.session
     assert rejected == AdmissionRejected(session="s-refused", model="m", active=0, queued=0, seq=4, at=rejected.at)
     assert isinstance(anonymous, AdmissionRejected) and anonymous.session is None
+
+
+def test_a_session_s_drafts_reach_its_outcome_from_its_worker_s_last_report() -> None:
+    async def main() -> tuple[SessionClosed, SessionRecord]:
+        hub = EventHub()
+        registry = SessionRegistry(hub)
+        session = registry.open("m", stream=False)
+        report = SessionProgress(session.id, 20, 8.0, 5, done=True, drafted_tokens=18, accepted_tokens=11)
+        registry.progress(report)
+        registry.close(session, Outcome.completed("stop"))
+        closed = (await _events_of(hub))[-1]
+        assert isinstance(closed, SessionClosed)
+        return closed, registry.recent()[0].snapshot()
+
+    closed, record = anyio.run(main)
+    assert closed.outcome == Outcome("completed", finish_reason="stop", drafted_tokens=18, accepted_tokens=11)
+    assert record.outcome == closed.outcome and closed.tokens == 20
 
 
 def test_a_worker_that_cannot_be_spawned_publishes_records_until_it_is_exhausted(tmp_path: Path) -> None:

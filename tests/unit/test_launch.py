@@ -27,6 +27,7 @@ from mlxhost.wire.launch import (
     MemoryReading,
     ReadyLine,
     SessionProgress,
+    SpeculationReading,
     WorkerOptions,
     parse_line,
 )
@@ -89,11 +90,13 @@ def test_another_version_says_parent_and_worker_differ() -> None:
 
 
 def test_the_ready_line_and_events_read_back_equal() -> None:
-    said: list[ReadyLine | MemoryReading | SessionProgress] = [
+    said: list[ReadyLine | MemoryReading | SessionProgress | SpeculationReading] = [
         ReadyLine(pid=42, socket=RECORD.socket, model_id="chat", version=PROTOCOL_VERSION, load_seconds=1.25),
         MemoryReading(active_bytes=1, cache_bytes=2, peak_bytes=3, rss_bytes=4),
         SessionProgress(session="s-1", tokens=10, tokens_per_s=2.5, prompt_tokens=7),
         SessionProgress(session="s-1", tokens=12, tokens_per_s=2.0, done=True),
+        SessionProgress("s-2", tokens=9, tokens_per_s=3.0, done=True, drafted_tokens=8, accepted_tokens=5),
+        SpeculationReading(drafted_tokens=8, accepted_tokens=5, verifications=3, verified_tokens=8),
     ]
     for message in said:
         line = message.encode()

@@ -79,6 +79,8 @@ class Session:
     ignored: tuple[str, ...] = ()  # the request's fields the worker skipped, as it named them
     kind: str = "generate"  # or embed, rerank
     inputs: int = 0  # an embed or rerank session's inputs, as its worker reports them
+    drafted_tokens: int = 0  # draft tokens its worker verified, as its last report says
+    accepted_tokens: int = 0  # those of them the model kept
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     worker_done: anyio.Event = field(default_factory=anyio.Event)  # its worker dropped the sequence
 
@@ -144,6 +146,8 @@ class SessionRegistry:
         if session is not None:
             if report.done:
                 session.worker_done.set()
+                session.drafted_tokens = report.drafted_tokens
+                session.accepted_tokens = report.accepted_tokens
             session.tokens = report.tokens
             session.tokens_per_s = report.tokens_per_s
             session.prompt_tokens = report.prompt_tokens
@@ -169,6 +173,7 @@ class SessionRegistry:
             return
         session.state = SessionState.CLOSED
         outcome = outcome.with_ignored(session.ignored)
+        outcome = outcome.with_drafts(session.drafted_tokens, session.accepted_tokens)
         session.outcome = outcome
         session.closed_at = time.time()
         session.closed_clock = time.monotonic()

@@ -1,14 +1,14 @@
 """One worker process, from spawn to exit: start it, hear it out, watch it, stop it, say how it ended.
 
-The process is a warm standby when the `StandbyPool` has one ready (`mlxhost.host.workers.standby`: its
-imports done, it waits for its record), else a fresh spawn; from then on both are the same. It
-gets its launch record on stdin and answers on stdout (`mlxhost.wire.launch`): a ready
-line, then memory readings and session progress, which go to the supervisor's callbacks; any other
-line, on stdout or stderr, is the worker's log. A ready line that does not answer the launch record,
-or none within `load_timeout`, gets the process killed. Once ready, it is watched until it exits,
-stops answering its health check (then it is killed as hung), or the supervisor asks it to end.
-What a group of ranks under `mlx.launch` does its own way (its command, its ready line, how it is
-signalled, how its exit reads) is its `Shape`'s (`mlxhost.host.workers.group`).
+The process is a warm standby when the `StandbyPool` has one ready (`mlxhost.host.workers.standby`:
+its imports done, it waits for its record), else a fresh spawn; from then on both are the same. It
+gets its launch record on stdin and answers on stdout (`mlxhost.wire.launch`): a ready line, then
+memory readings, draft totals and session progress, which go to the supervisor's callbacks; any
+other line, on stdout or stderr, is the worker's log. A ready line that does not answer the launch
+record, or none within `load_timeout`, gets the process killed. Once ready, it is watched until it
+exits, stops answering its health check (then it is killed as hung), or the supervisor asks it to
+end. What a group of ranks under `mlx.launch` does its own way (its command, its ready line, how it
+is signalled, how its exit reads) is its `Shape`'s (`mlxhost.host.workers.group`).
 
 Ending it: the supervisor's `drain` first, then SIGTERM, then SIGKILL after its `shutdown_grace`
 and `stop_timeout`. Workers run in a session of their own, so a terminal's Ctrl-C reaches the
@@ -45,6 +45,7 @@ from mlxhost.wire.launch import (
     MemoryReading,
     ReadyLine,
     SessionProgress,
+    SpeculationReading,
     StandbyLine,
     parse_line,
 )
@@ -109,6 +110,7 @@ class WorkerProcess:
         on_ready: Callable[[int, float], None],
         on_memory: Callable[[MemoryReading], None],
         on_progress: Callable[[SessionProgress], None] | None,
+        on_speculation: Callable[[SpeculationReading], None] | None = None,
         drain: Callable[[], Awaitable[None]],
         shape: Shape,
         standby: StandbyPool | None = None,
@@ -119,6 +121,7 @@ class WorkerProcess:
         self._on_spawned = on_spawned  # its pid, once it runs
         self._on_ready = on_ready  # its pid and the seconds it took, once its ready line is accepted
         self._on_memory = on_memory
+        self._on_speculation = on_speculation
         self._on_progress = on_progress
         self._drain = drain  # before it is asked to stop: let its requests finish
         self._standby = standby  # warm processes to take instead of spawning
@@ -268,6 +271,9 @@ class WorkerProcess:
                 start.ready.set()
         elif isinstance(message, MemoryReading):
             self._on_memory(message)
+        elif isinstance(message, SpeculationReading):
+            if self._on_speculation is not None:
+                self._on_speculation(message)
         elif isinstance(message, SessionProgress):
             if self._on_progress is not None:
                 self._on_progress(message)

@@ -13,7 +13,7 @@ from mlxhost.host.workers.requests import Requests
 from mlxhost.host.workers.status import WorkerExit, WorkerState
 from mlxhost.model_spec import ModelSpec
 from mlxhost.wire.admin import RankRecord, WorkerRecord
-from mlxhost.wire.launch import MemoryReading
+from mlxhost.wire.launch import MemoryReading, SpeculationReading
 
 __all__ = ["Supervised", "rank_records", "worker_record"]
 
@@ -32,6 +32,7 @@ class Supervised(Protocol):
     ready_seconds: float | None
     last_exit: WorkerExit | None
     memory: MemoryReading | None
+    speculation: SpeculationReading | None
 
 
 def worker_record(supervisor: Supervised, ranks: list[dict[str, Any]]) -> WorkerRecord:
@@ -50,6 +51,7 @@ def worker_record(supervisor: Supervised, ranks: list[dict[str, Any]]) -> Worker
         ready_s=round(supervisor.ready_seconds, 3) if supervisor.ready_seconds is not None else None,
         last_exit=supervisor.last_exit.record() if supervisor.last_exit else None,
         memory=supervisor.memory,
+        speculation=supervisor.speculation,
         ranks=rank_records(ranks) if ready_since is not None else (),
     )
 

@@ -57,7 +57,7 @@ from mlxhost.wire.admin import (
     WorkerRestarting,
     WorkerSpawned,
 )
-from mlxhost.wire.launch import MemoryReading, SessionProgress
+from mlxhost.wire.launch import MemoryReading, SessionProgress, SpeculationReading
 
 __all__ = ["Supervisor"]
 
@@ -92,6 +92,7 @@ class Supervisor:
         self.restarts = 0
         self.last_exit: WorkerExit | None = None
         self.memory: MemoryReading | None = None
+        self.speculation: SpeculationReading | None = None  # its draft totals, once it drafted
         self.ready_seconds: float | None = None  # spawn to ready, last time
         self.ready_since: float | None = None
         self.requests = Requests()  # in flight on it, waiting in wait_ready for it, when last used
@@ -321,6 +322,7 @@ class Supervisor:
             on_ready=self._ready,
             on_memory=self._memory_read,
             on_progress=self._on_progress,
+            on_speculation=self._speculation_read,
             drain=self._drain,
             shape=shape_of(self.spec.group),
             standby=self._standby,
@@ -332,8 +334,9 @@ class Supervisor:
                 with anyio.CancelScope(shield=True):
                     await self.client.aclose()
                 self.client = None
-            # Gone: no pid to show or signal, no memory it holds.
+            # Gone: no pid to show or signal, no memory it holds; the next process counts anew.
             self._worker, self.pid, self.memory, self.ready_since = None, None, None, None
+            self.speculation = None
             self.paused_now = False  # a pause ends with the process it paused
             assert worker.exit is not None  # `run` sets it, even when cancelled
             self._exited(worker.exit)
@@ -359,6 +362,9 @@ class Supervisor:
     def _memory_read(self, reading: MemoryReading) -> None:
         self.memory = reading
         self.events.publish(WorkerMemory(worker=self.id, memory=reading))
+
+    def _speculation_read(self, reading: SpeculationReading) -> None:
+        self.speculation = reading  # read by snapshots (admin state, /metrics), not announced
 
     async def _drain(self) -> None:
         """Before the process is asked to stop: let its requests finish, unless stopping at once."""

@@ -58,7 +58,7 @@ from mlxhost.wire.admin.state import (
     StandbyRecord,
     WorkerRecord,
 )
-from mlxhost.wire.launch import MemoryReading
+from mlxhost.wire.launch import MemoryReading, SpeculationReading
 
 __all__ = [
     "AdminEvent",
@@ -88,6 +88,7 @@ __all__ = [
     "SessionProgressed",
     "SessionRecord",
     "SessionsRecord",
+    "SpeculationReading",
     "RankRecord",
     "StandbyRecord",
     "StreamLagged",

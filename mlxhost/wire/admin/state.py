@@ -9,7 +9,7 @@ from typing import Any
 from mlxhost.wire.admin.jobs import JobRecord
 from mlxhost.wire.admin.record import JSON, Record, field_names, optional
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
-from mlxhost.wire.launch import MemoryReading
+from mlxhost.wire.launch import MemoryReading, SpeculationReading
 
 __all__ = ["AdmissionRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "RankRecord", "SessionRecord", "SessionsRecord", "StandbyRecord", "WorkerRecord"]
 
@@ -51,6 +51,10 @@ class Outcome(Record):
     message: str | None = None  # failed
     # Request fields the host skipped (an SDK defines them, mlxhost does not do them), by name.
     ignored: tuple[str, ...] | None = None
+    # Speculative decoding: draft tokens verified, and those the model kept (part of its tokens);
+    # None for a session that verified none (speculate off, nothing to draft, or no generation).
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
 
     # Text that may come from a client or a worker is kept as a short, inert excerpt.
     @classmethod
@@ -70,6 +74,9 @@ class Outcome(Record):
 
     def with_ignored(self, names: tuple[str, ...]) -> Outcome:
         return replace(self, ignored=tuple(excerpt(n, 128) for n in names[:MAX_IGNORED])) if names else self
+
+    def with_drafts(self, drafted: int, accepted: int) -> Outcome:
+        return replace(self, drafted_tokens=drafted, accepted_tokens=accepted) if drafted else self
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
@@ -92,21 +99,28 @@ class WorkerRecord(Record):
     last_exit: ExitRecord | None
     memory: MemoryReading | None  # its latest reading (rank 0's, for a group)
     ranks: tuple[RankRecord, ...] = ()  # a worker group's ranks, once ready; empty for one process
+    # Its process's speculative decoding totals; None until it verified a draft (or with it off).
+    speculation: SpeculationReading | None = None
 
     def _encode(self) -> JSON:
         data = super()._encode()
         data["last_exit"] = None if self.last_exit is None else self.last_exit.to_json()
         data["memory"] = None if self.memory is None else self.memory.__dict__.copy()
         data["ranks"] = [rank.to_json() for rank in self.ranks]
+        if self.speculation is None:  # a worker that never drafted reads as before speculation
+            del data["speculation"]
+        else:
+            data["speculation"] = self.speculation.__dict__.copy()
         return data
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
-        memory = data["memory"]
-        return super()._decode({"ranks": [], **data}) | {
+        memory, speculation = data["memory"], data.get("speculation")
+        return super()._decode({"ranks": [], "speculation": None, **data}) | {
             "last_exit": optional(ExitRecord, data["last_exit"]),
             "memory": None if memory is None else MemoryReading(**memory),
             "ranks": tuple(RankRecord.from_json(rank) for rank in data.get("ranks", [])),
+            "speculation": None if speculation is None else SpeculationReading(**speculation),
         }
 
 
