@@ -62,6 +62,10 @@ class Delta:
     error: str | None = None  # why, when finish_reason is "cancelled" or "error"
     cached_tokens: int = 0  # prompt tokens served from the prompt cache
     stop_sequence: str | None = None  # the stop string that ended it, when one did
+    # Speculative decoding (worker/engine/speculate/), running totals: draft tokens verified, and
+    # those of them the model kept (each kept one is also in completion_tokens).
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     def merge(self, later: Delta) -> Delta:
         logprobs = None
@@ -75,6 +79,8 @@ class Delta:
             error=later.error,
             cached_tokens=later.cached_tokens,
             stop_sequence=later.stop_sequence,
+            drafted_tokens=later.drafted_tokens,
+            accepted_tokens=later.accepted_tokens,
         )
 
 
@@ -87,6 +93,8 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens served from the prompt cache
+    drafted_tokens: int = 0  # draft tokens verified (speculative decoding)
+    accepted_tokens: int = 0  # those of them the model kept: part of completion_tokens
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +103,11 @@ class Usage:
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             # As OpenAI reports prompt caching: these prompt tokens were not computed again.
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            # As OpenAI reports Predicted Outputs: the drafts are mlxhost's own predictions.
+            "completion_tokens_details": {
+                "accepted_prediction_tokens": self.accepted_tokens,
+                "rejected_prediction_tokens": self.drafted_tokens - self.accepted_tokens,
+            },
         }
 
     @classmethod
@@ -105,14 +118,25 @@ class Usage:
             return None
         details = data.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return cls(prompt, completion, cached if isinstance(cached, int) else 0)
+        predictions = data.get("completion_tokens_details")
+        predictions = predictions if isinstance(predictions, dict) else {}
+        accepted = predictions.get("accepted_prediction_tokens")
+        rejected = predictions.get("rejected_prediction_tokens")
+        accepted = accepted if isinstance(accepted, int) else 0
+        rejected = rejected if isinstance(rejected, int) else 0
+        return cls(prompt, completion, cached if isinstance(cached, int) else 0, accepted + rejected, accepted)
 
 
 def usage(prompt_tokens: int, *finals: Delta) -> dict[str, Any]:
-    """The usage of one prompt and its choices' last deltas: their completions add up, and only
-    the prompt tokens that every choice took from the cache count as cached."""
-    completion = sum(final.completion_tokens for final in finals)
-    return Usage(prompt_tokens, completion, min(final.cached_tokens for final in finals)).to_json()
+    """The usage of one prompt and its choices' last deltas: their completions and drafts add up,
+    and only the prompt tokens that every choice took from the cache count as cached."""
+    return Usage(
+        prompt_tokens,
+        sum(final.completion_tokens for final in finals),
+        min(final.cached_tokens for final in finals),
+        sum(final.drafted_tokens for final in finals),
+        sum(final.accepted_tokens for final in finals),
+    ).to_json()
 
 
 @dataclass

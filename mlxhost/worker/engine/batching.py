@@ -75,6 +75,13 @@ class EngineStatistics:
     largest_batch: int  # most sequences decoded in one step so far
     last_cancel_lag_steps: int | None  # steps between cancel() and leaving the batch
     max_cancel_lag_steps: int | None
+    # Speculative decoding (speculate/): draft tokens verified, and those the model kept; a row's
+    # step that verified drafts is one verification, and verified_tokens are the tokens such
+    # steps produced (the kept drafts and the model's own next token each).
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    verifications: int = 0
+    verified_tokens: int = 0
 
 
 class Batching:
@@ -118,9 +125,11 @@ class Batching:
         # Whether to keep a snapshot at the end of each prompt: set by the engine at load for a
         # model whose cache may become untrimmable (a trimmable one's final entry covers it).
         self.snapshots = False
+        # The batch's speculation counters (rows/speculation.py); None where it has none.
+        self.drafts: Any = None
 
     def statistics(self) -> EngineStatistics:
-        c = self.counters
+        c, drafts = self.counters, self.drafts
         return EngineStatistics(
             active=len(self.rows),
             waiting=self.intake.waiting,
@@ -133,11 +142,16 @@ class Batching:
             largest_batch=c.largest_batch,
             last_cancel_lag_steps=c.cancel_lags[-1] if c.cancel_lags else None,
             max_cancel_lag_steps=max(c.cancel_lags) if c.cancel_lags else None,
+            drafted_tokens=getattr(drafts, "drafted", 0),
+            accepted_tokens=getattr(drafts, "accepted", 0),
+            verifications=getattr(drafts, "verifications", 0),
+            verified_tokens=getattr(drafts, "verified_tokens", 0),
         )
 
     def run(self, generator: Any, tokenizer: Tokenizer, started: Callable[[], object]) -> None:
         """The thread's loop, until `stopping` with nothing left to do; closes `generator`."""
         self._tokenizer = tokenizer
+        self.drafts = getattr(generator, "counters", None)
         started()
         try:
             while True:
@@ -264,6 +278,8 @@ class Batching:
                 error,
                 cached_tokens=row.cached,
                 stop_sequence=row.text.matched,
+                drafted_tokens=getattr(response, "drafted", 0),
+                accepted_tokens=getattr(response, "accepted", 0),
             )
             outputs.append((row.session, delta))
             urgent = urgent or finish is not None or row.tokens == 1

@@ -81,6 +81,44 @@ class GrammarProcessor:
             allowed[[t for t in self._eos if t < self._vocab_size]] = True
         return mx.where(mx.array(_fit(allowed, width)), logits, -mx.inf)
 
+    def valid_drafts(self, newest: int | None, drafts: list[int]) -> int:
+        """How many of `drafts` the grammar allows after `newest` (the token the next call takes
+        in; None: none, the prompt's last token). Nothing is consumed."""
+        matcher = self._matcher
+        if not drafts or self.failure is not None or matcher.is_stopped() or matcher.is_error():
+            return 0
+        if newest is None:
+            return int(matcher.validate_tokens(drafts))
+        return max(0, int(matcher.validate_tokens([newest, *drafts])) - 1)
+
+    def with_drafts(self, tokens: mx.array, logits: mx.array, drafts: list[int]) -> tuple[mx.array, int]:
+        """A verification pass's logits for one row (its newest token and each of `drafts`,
+        already cut to `valid_drafts`) masked position by position: the first as a plain call
+        does, each next one to what the grammar allows after the drafts before it. The matcher
+        ends where a plain call leaves it (the drafts are rolled back: the next call takes in those
+        kept). Also how many drafts may be kept: fewer where one leads to a dead end."""
+        width = logits.shape[-1]
+        rows = [self(tokens, logits[0:1])]
+        usable = 0
+        if self.failure is None:
+            for draft in drafts:
+                if not self._matcher.consume_token(draft):
+                    break
+                usable += 1
+                fill_next_token_bitmask(self._matcher, self._bitmask)
+                if self._matcher.is_error():
+                    break
+                bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")[: self._vocab_size]
+                allowed = _fit(bits.view(np.bool_), width)
+                if not allowed.any():
+                    break
+                rows.append(mx.where(mx.array(allowed), logits[usable : usable + 1], -mx.inf))
+            self._matcher.rollback(usable)
+            if self._matcher.is_error():  # never after a rollback of consumed tokens; said if it is
+                self.failure = f"llguidance: {self._error()}"
+        usable = len(rows) - 1
+        return mx.concatenate([*rows, logits[len(rows) :]]), usable
+
     def _advance(self, tokens: mx.array) -> None:
         length = tokens.shape[0]
         if self._matcher.is_stopped():

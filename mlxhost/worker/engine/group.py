@@ -131,6 +131,9 @@ def insert_requests(
     """Add `insert`'s rows to `generator`; their uids, in order. `processors`: each row's logits
     processors, when the caller keeps them (built from the requests otherwise)."""
     requests = insert.requests
+    # The row batch tests sampled rows' drafts against their sampling settings (speculation.py);
+    # mlx-lm's BatchGenerator takes no such argument.
+    drafts = {"sampling": [r.sampling for r in requests]} if hasattr(generator, "draft_tokens") else {}
     return list(
         generator.insert(
             insert.prompts,
@@ -139,6 +142,7 @@ def insert_requests(
             all_tokens=insert.all_tokens,
             samplers=[samplers.sampler_for(r.sampling) for r in requests],
             logits_processors=processors or [processors_for(r, vocab_size) for r in requests],
+            **drafts,
         )
     )
 
@@ -172,6 +176,11 @@ class LeadingGenerator:
     def extract_cache(self, uids: list[int]) -> Any:
         self._link.send(pickle.dumps(("extract", list(uids))))
         return self._generator.extract_cache(uids)
+
+    @property
+    def counters(self) -> Any:
+        """The batch's speculation counters (rows/speculation.py), where it has them."""
+        return getattr(self._generator, "counters", None)
 
     def next(self) -> Any:
         self._link.send(pickle.dumps(("next", None)))

@@ -120,6 +120,7 @@ def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOpti
             budget=budget,
             kv_bits=kv_bits,
             kv_group_size=options.kv_group_size,
+            draft_tokens=options.draft_tokens if options.speculate == "lookup" else 0,
         )
         return batch, KVLayout(True, kv_bits=kv_bits, kv_bits_reason=why)
     why = None

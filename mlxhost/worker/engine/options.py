@@ -48,3 +48,8 @@ class EngineOptions:
     # work, so that they wait no longer behind embeddings than behind a joining prompt.
     pooled_batch_tokens: int = 16384
     pooled_batch_rows: int = 256
+    # Speculative decoding in the per-row batch (speculate/): "lookup" drafts each row's next
+    # tokens from its own prompt and output (prompt lookup), "off" never drafts. At most
+    # draft_tokens drafts per row and step; each row's own count adapts to what it accepts.
+    speculate: str = "lookup"
+    draft_tokens: int = 6

@@ -42,9 +42,11 @@ from mlx_lm.sample_utils import greedy_sampler
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
 from mlxhost.worker.cache.sharing import shared_copy
+from mlxhost.worker.engine.generation import SamplingParams
 from mlxhost.worker.engine.rows.attention import install
 from mlxhost.worker.engine.rows.budget import PrefillBudget
 from mlxhost.worker.engine.rows.kv import row_views
+from mlxhost.worker.engine.rows.speculation import SpeculationCounters, drafting, verify, wants_drafts
 
 __all__ = ["Generated", "PromptProgress", "RowBatch", "row_cache", "set_growth"]
 
@@ -91,6 +93,8 @@ class Generated:
     finish_reason: str | None
     prompt_cache: list[Any] | None
     all_tokens: list[int] | None
+    drafted: int = 0  # the row's draft tokens verified so far, and those kept (speculation.py)
+    accepted: int = 0
 
     @property
     def logprobs(self) -> mx.array:
@@ -113,6 +117,13 @@ class _Row:
     context: TokenBuffer | None = None  # the token context its logits processors see
     at: int = 0  # a decoding row's place in the last step's rows: its token, not yet returned
     last: mx.array = field(init=False)  # the prompt's last token, its first decode input
+    # Speculation (rows/speculation.py): None where the row never drafts.
+    sampling: SamplingParams | None = None  # None: greedy
+    lookup: Any = None  # its PromptLookup
+    length: Any = None  # its DraftLength
+    key: Any = None  # a seeded row's own random key for its drafts' tests
+    drafted: int = 0
+    accepted: int = 0
 
     def __post_init__(self) -> None:
         self.total = len(self.pending) - 1
@@ -132,6 +143,7 @@ class RowBatch:
         kv_bits: int | None = None,
         kv_group_size: int = 64,
         stream: Any = None,
+        draft_tokens: int = 0,
     ) -> None:
         if any(len(stop) != 1 for stop in stop_tokens):
             raise ValueError("RowBatch stops on single tokens; stop strings are the text stream's")
@@ -141,6 +153,8 @@ class RowBatch:
         self.budget = budget or PrefillBudget()
         self.kv_bits = kv_bits
         self.kv_group_size = kv_group_size
+        self.draft_tokens = draft_tokens  # most drafts a row verifies per step (0: no speculation)
+        self.counters = SpeculationCounters()
         self._stop = frozenset(stop[0] for stop in stop_tokens)
         self._stream = stream or generation_stream
         self._uids = itertools.count()
@@ -178,6 +192,7 @@ class RowBatch:
         all_tokens: list[list[int]] | None = None,
         samplers: list[Sampler | None] | None = None,
         logits_processors: list[list[LogitsProcessor]] | None = None,
+        sampling: list[SamplingParams | None] | None = None,
     ) -> list[int]:
         """Queue rows: `prompts` are what each still has to prefill (at least one token), `caches`
         what each starts from (None: nothing), holding `all_tokens`. Their uids, in order."""
@@ -188,12 +203,15 @@ class RowBatch:
             "all_tokens": all_tokens or [[] for _ in prompts],
             "samplers": samplers or [None] * count,
             "logits_processors": logits_processors or [[] for _ in prompts],
+            "sampling": sampling or [None] * count,
         }
         for name, values in options.items():
             if len(values) != count:
                 raise ValueError(f"{name} must have one entry per prompt: {count}, not {len(values)}")
         rows = []
-        for prompt, most, cache, held, sampler, processors in zip(prompts, *options.values(), strict=True):
+        for prompt, most, cache, held, sampler, processors, params in zip(
+            prompts, *options.values(), strict=True
+        ):
             if not prompt:
                 raise ValueError("a prompt must leave at least one token to compute")
             if most <= 0:
@@ -209,6 +227,7 @@ class RowBatch:
                     list(processors or []),
                 )
             )
+            drafting(rows[-1], params, self.draft_tokens)
         self._waiting.extend(rows)
         return [row.uid for row in rows]
 
@@ -242,7 +261,7 @@ class RowBatch:
         with mx.stream(self._stream):
             self._admit()
             joined = [PromptProgress(row.uid, (row.total, row.total), True, True) for row in self._joining]
-            generated = self._decode() if self._decoding or self._joining else []
+            generated = self._step() if self._decoding or self._joining else []
             prompts = self._prefill()
             self._steps += 1
             if self._steps % CLEAR_EVERY == 0:
@@ -263,6 +282,13 @@ class RowBatch:
     def new_cache(self) -> list[Any]:
         """An empty cache for a row of this batch (quantized with `kv_bits`)."""
         return row_cache(self.model, self.kv_bits, self.kv_group_size)
+
+    def _step(self) -> list[Generated]:
+        if wants_drafts(self):
+            generated = verify(self, self._sampled.tolist() if self._decoding else [])
+            if generated is not None:
+                return generated
+        return self._decode()
 
     def _decode(self) -> list[Generated]:
         running, joining = self._decoding, self._joining
@@ -323,10 +349,12 @@ class RowBatch:
             if token in self._stop:
                 finish = "stop"
             if finish is None:
-                out.append(Generated(row.uid, token, earlier, place, None, None, None))
+                drafts = row.drafted, row.accepted
+                out.append(Generated(row.uid, token, earlier, place, None, None, None, *drafts))
                 keep.append(row)
             else:
-                out.append(Generated(row.uid, token, earlier, place, finish, row.cache, row.tokens))
+                drafts = row.drafted, row.accepted
+                out.append(Generated(row.uid, token, earlier, place, finish, row.cache, row.tokens, *drafts))
         self._decoding, self._joining = keep, []
         return out
 

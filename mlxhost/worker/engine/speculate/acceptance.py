@@ -1,0 +1,77 @@
+"""Which drafts a row keeps: the model's own choice at each draft's position.
+
+A verification pass gives a row's logits at its last token and at each of its `k` drafts
+(positions 0..k). Draft `j` is kept when the model, at position `j - 1`, would have written it,
+and only while every draft before it was kept; the first position whose choice differs gives the
+row's next token instead (and after `k` kept drafts, position `k` gives it): a step writes the
+kept drafts and one token of the model's own.
+
+- A greedy row keeps a draft equal to the argmax: its output is token for token the output
+  without speculation.
+- A sampled row keeps draft `d` at a position whose distribution is `p` with probability `p(d)`
+  (the speculative-sampling rule of Leviathan et al. and Chen et al., 2023, with the draft's own
+  distribution all on `d`, as a lookup's is); at the first refusal it samples from `p` without
+  `d`, renormalized. Each token so written has exactly the distribution `p`, the one the row's
+  sampler draws from (temperature, top-p, min-p, top-k applied alike), so the output's
+  distribution is the model's own.
+
+Everything is built as MLX operations for all positions at once, read back with one `tolist`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+from mlxhost.worker.engine.generation import SamplingParams
+
+__all__ = ["is_greedy", "kept", "sampled_choices", "target_logprobs"]
+
+
+def is_greedy(params: SamplingParams | None) -> bool:
+    return params is None or params.temperature == 0
+
+
+def target_logprobs(logprobs: mx.array, params: SamplingParams) -> mx.array:
+    """The log-probabilities a row's sampler draws from (`make_sampler`'s filters, in its order,
+    then the temperature), normalized, one row per position."""
+    if 0 < params.top_p < 1.0:
+        logprobs = apply_top_p(logprobs, params.top_p)
+    if params.min_p != 0.0:
+        logprobs = apply_min_p(logprobs, params.min_p)
+    if params.top_k > 0:
+        logprobs = apply_top_k(logprobs, params.top_k)
+    scaled = logprobs * (1.0 / params.temperature)
+    return scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+
+
+def sampled_choices(
+    logprobs: mx.array, drafts: list[int], params: SamplingParams, key: Any = None
+) -> tuple[mx.array, mx.array]:
+    """For a sampled row's positions 0..k (`logprobs`, k + 1 rows) and its k `drafts`: whether
+    each draft passes its own test, and the token each position writes if it is the first to
+    refuse (position k: a plain sample, written when every draft is kept)."""
+    k = len(drafts)
+    target = target_logprobs(logprobs, params)
+    keys = mx.random.split(key) if key is not None else (None, None)
+    ids = mx.array(drafts, dtype=mx.int32)
+    chance = mx.exp(target[mx.arange(k), ids]) if k else mx.array([])
+    passes = mx.random.uniform(shape=(k,), key=keys[0]) < chance
+    # Without the draft: its position's distribution, the draft's probability taken out.
+    without = target
+    if k:
+        refused = mx.zeros(target.shape, dtype=mx.bool_)
+        refused[mx.arange(k), ids] = True
+        without = mx.where(refused, -mx.inf, target)
+    choices = mx.random.categorical(without, key=keys[1])
+    return passes, choices
+
+
+def kept(passes: list[bool]) -> int:
+    """How many drafts are kept: those before the first that fails."""
+    for count, passed in enumerate(passes):
+        if not passed:
+            return count
+    return len(passes)
