@@ -1,5 +1,6 @@
 """GET /metrics as `HostMetrics` renders it, fed as the host feeds it: sessions closed through a
-`SessionRegistry` whose `on_close` is `HostMetrics.session_closed` (as app.py hooks it). No host."""
+`SessionRegistry` whose `on_close` is `HostMetrics.session_closed` (as app.py hooks it), and the
+host's state as a scrape reads it (its workers' draft totals). No host."""
 
 from __future__ import annotations
 
@@ -84,3 +85,42 @@ def test_a_generations_tokens_read_as_before() -> None:
     # A pooled session's tokens are prompt tokens too, whatever its outcome.
     assert tokens[labels(model="bge", kind="prompt")] == 12_485.0
     assert labels(model="bge", kind="completion") not in tokens
+
+
+def drafting_host() -> Scrape:
+    """Two models' workers: one that drafted (40 drafts, 30 accepted, in 12 verifications that made
+    42 tokens), one that never did (speculate off, or nothing to draft yet)."""
+    worker = {
+        "state": "ready", "pid": 42, "socket": "/run/w.sock", "restarts": 0, "in_flight": 0, "uptime_s": 1.0,
+        "ready_s": 0.5, "last_exit": None, "memory": None,
+    }  # fmt: skip
+    speculation = {"drafted_tokens": 40, "accepted_tokens": 30, "verifications": 12, "verified_tokens": 42}
+    state = HostState.from_json({
+        **IDLE.to_json(),
+        "workers": [
+            {**worker, "id": "qwen", "model": "qwen", "speculation": speculation},
+            {**worker, "id": "llama", "model": "llama"},
+        ],
+    })  # fmt: skip
+    return Scrape(HostMetrics(lambda: state).render())
+
+
+def test_a_worker_s_drafts_are_counted_by_model() -> None:
+    scrape = drafting_host()
+    qwen = labels(model="qwen")
+    assert scrape.of("mlxhost_drafted_tokens_total") == {qwen: 40.0}
+    assert scrape.of("mlxhost_accepted_draft_tokens_total") == {qwen: 30.0}
+    assert scrape.of("mlxhost_verifications_total") == {qwen: 12.0}
+    assert scrape.of("mlxhost_verified_tokens_total") == {qwen: 42.0}
+
+
+def test_the_acceptance_rate_and_tokens_per_verification_are_gauges() -> None:
+    scrape = drafting_host()
+    assert scrape.of("mlxhost_draft_acceptance_ratio") == {labels(model="qwen"): 0.75}
+    assert scrape.of("mlxhost_tokens_per_verification") == {labels(model="qwen"): 3.5}
+
+
+def test_a_host_whose_workers_never_drafted_has_no_draft_series() -> None:
+    scrape = Scrape(HostMetrics(lambda: IDLE).render())
+    assert scrape.of("mlxhost_drafted_tokens_total") == {}
+    assert scrape.of("mlxhost_draft_acceptance_ratio") == {}

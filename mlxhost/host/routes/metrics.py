@@ -2,7 +2,9 @@
 
 Counters and histograms are fed as sessions close; gauges (running and waiting sessions, worker
 state, restarts, memory, warm standbys and what they cost, the execution lease and jobs) are read
-from the live host at scrape time, so they are never stale.
+from the live host at scrape time, so they are never stale. So is speculative decoding: each
+worker's totals as it last reported them (they start again from 0 with a new process, as any
+process's counters do) and the two ratios they give.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ class _LiveCollector(Collector):
         yield from (running, waiting, rejected, restarts, worker_state, memory, ranks)
         yield from _standby(state)
         yield from _execution(state)
+        yield from _speculation(state)
 
 
 def _standby(state: HostState) -> Iterator[Metric]:
@@ -185,3 +188,49 @@ def _execution(state: HostState) -> Iterator[Metric]:
     for (kind, job_state), count in sorted(counts.items()):
         jobs.add_metric([kind, job_state], count)
     yield jobs
+
+
+def _speculation(state: HostState) -> Iterator[Metric]:
+    """Each model's worker's draft tokens verified and accepted, its verifications (a row's steps
+    that verified drafts) and the tokens they produced; and the acceptance rate and tokens per
+    verification they give, once there is something to divide by."""
+    model = ["model"]
+    drafted = CounterMetricFamily(
+        "mlxhost_drafted_tokens", "Draft tokens verified (speculative decoding), by model", labels=model
+    )
+    accepted = CounterMetricFamily(
+        "mlxhost_accepted_draft_tokens", "Draft tokens the model accepted, by model", labels=model
+    )
+    verifications = CounterMetricFamily(
+        "mlxhost_verifications",
+        "Decode steps of a sequence that verified draft tokens, by model",
+        labels=model,
+    )
+    verified = CounterMetricFamily(
+        "mlxhost_verified_tokens",
+        "Tokens the verifications produced: accepted drafts and the model's own next token, by model",
+        labels=model,
+    )
+    acceptance = GaugeMetricFamily(
+        "mlxhost_draft_acceptance_ratio",
+        "Accepted draft tokens over drafted ones, since the worker started, by model",
+        labels=model,
+    )
+    per_verification = GaugeMetricFamily(
+        "mlxhost_tokens_per_verification",
+        "Tokens produced per verification, since the worker started, by model",
+        labels=model,
+    )
+    for worker in state.workers:
+        reading = worker.speculation
+        if reading is None:
+            continue
+        drafted.add_metric([worker.model], reading.drafted_tokens)
+        accepted.add_metric([worker.model], reading.accepted_tokens)
+        verifications.add_metric([worker.model], reading.verifications)
+        verified.add_metric([worker.model], reading.verified_tokens)
+        if (rate := reading.acceptance) is not None:
+            acceptance.add_metric([worker.model], rate)
+        if (tokens := reading.tokens_per_verification) is not None:
+            per_verification.add_metric([worker.model], tokens)
+    yield from (drafted, accepted, verifications, verified, acceptance, per_verification)
