@@ -1,0 +1,105 @@
+"""Speculative decoding as a client sees it: one host serves the tiny model twice, drafting ("tiny",
+the default) and not ("plain", `speculate = "off"`). Greedy answers, their logprobs, stop strings
+and max_tokens are the same; the drafts show in the usage and the worker's counters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from mlxhost.testing import RunningHost, start_host
+
+# Things said twice: the answers re-quote them (and the tiny model repeats itself), so rows draft.
+PROMPTS = [
+    "Copy this: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta.",
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n",
+    "Hi",
+    "Tell me about the sea, the sea, the sea.",
+]
+
+
+@pytest.fixture(scope="module")
+def host(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
+    config = tmp_path_factory.mktemp("speculation") / "models.toml"
+    config.write_text(
+        f'[[model]]\nid = "tiny"\npath = "{tiny_model}"\npreload = true\n\n'
+        f'[[model]]\nid = "plain"\npath = "{tiny_model}"\npreload = true\nspeculate = "off"\n'
+    )
+    with start_host("--config", str(config), timeout=120) as running:
+        yield running
+
+
+def _answer(client: openai.OpenAI, model: str, prompt: str, **options: Any) -> Any:
+    return client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=options.pop("max_tokens", 60),
+        temperature=0,
+        **options,
+    )
+
+
+def test_greedy_answers_and_logprobs_are_those_without_drafts(host: RunningHost) -> None:
+    with host.client() as client:
+        for prompt in PROMPTS:
+            drafted = _answer(client, "tiny", prompt, logprobs=True, top_logprobs=2)
+            plain = _answer(client, "plain", prompt, logprobs=True, top_logprobs=2)
+            assert drafted.choices[0].message.content == plain.choices[0].message.content
+            assert drafted.choices[0].finish_reason == plain.choices[0].finish_reason
+            ours, theirs = drafted.choices[0].logprobs.content, plain.choices[0].logprobs.content
+            assert [t.token for t in ours] == [t.token for t in theirs]
+            assert [t.logprob for t in ours] == pytest.approx([t.logprob for t in theirs], abs=1e-3)
+    drafting, off = host.engine("tiny"), host.engine("plain")
+    assert drafting["accepted_tokens"] > 0
+    assert drafting["verified_tokens"] > drafting["verifications"]  # more than one token a pass
+    assert off["drafted_tokens"] == 0
+
+
+def test_the_usage_tells_the_drafts_kept_and_refused(host: RunningHost) -> None:
+    with host.client() as client:
+        reply = _answer(client, "tiny", PROMPTS[0], max_tokens=120)
+        plain = _answer(client, "plain", PROMPTS[0], max_tokens=120)
+    details = reply.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > 0
+    assert details.accepted_prediction_tokens < reply.usage.completion_tokens
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+    assert plain.usage.completion_tokens_details.rejected_prediction_tokens == 0
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 7, 33])
+def test_max_tokens_and_stop_strings_end_where_they_would(host: RunningHost, max_tokens: int) -> None:
+    with host.client() as client:
+        plain = _answer(client, "plain", PROMPTS[1], max_tokens=max_tokens)
+        drafted = _answer(client, "tiny", PROMPTS[1], max_tokens=max_tokens)
+        assert drafted.choices[0].message.content == plain.choices[0].message.content
+        assert drafted.usage.completion_tokens == plain.usage.completion_tokens == max_tokens
+        text = _answer(client, "plain", PROMPTS[1]).choices[0].message.content or ""
+        stop = text[len(text) // 2 : len(text) // 2 + 3]
+        if stop.strip():
+            ended = [_answer(client, m, PROMPTS[1], stop=[stop]) for m in ("tiny", "plain")]
+            assert ended[0].choices[0].message.content == ended[1].choices[0].message.content
+            assert ended[0].choices[0].finish_reason == ended[1].choices[0].finish_reason == "stop"
+
+
+def test_streams_side_by_side_are_what_they_are_alone(host: RunningHost) -> None:
+    import asyncio
+
+    async def one(client: openai.AsyncOpenAI, model: str, prompt: str) -> str:
+        stream = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=60,
+            temperature=0,
+            stream=True,
+        )
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    async def main(model: str) -> list[str]:
+        async with host.async_client() as client:
+            return await asyncio.gather(*(one(client, model, p) for p in PROMPTS * 2))
+
+    assert asyncio.run(main("tiny")) == asyncio.run(main("plain"))
