@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from mlxhost.client.human import count
+from mlxhost.client.human import count, drafts
 from mlxhost.wire.admin import (
     AdminEvent,
     AdmissionRecord,
@@ -32,6 +32,7 @@ from mlxhost.wire.admin import (
     SessionOpened,
     SessionProgressed,
     SessionRecord,
+    SpeculationReading,
     WorkerExhausted,
     WorkerExited,
     WorkerMemory,
@@ -93,6 +94,7 @@ class WorkerRow:
     )
     last_exit: ExitRecord | None = None
     ranks: tuple[RankRecord, ...] = ()  # a worker group's ranks, as the last snapshot had them
+    speculation: SpeculationReading | None = None  # its draft totals, as the last snapshot had them
 
     @classmethod
     def from_snapshot(cls, record: WorkerRecord, now: float) -> WorkerRow:
@@ -109,6 +111,7 @@ class WorkerRow:
         self.ready_at = now - record.uptime_s if record.uptime_s is not None else None
         self.last_exit = record.last_exit
         self.ranks = record.ranks
+        self.speculation = record.speculation  # no event reports it: each snapshot brings it
         if record.memory is not None and not self.readings:
             # Later readings come as events; a snapshot only starts the series.
             self.read_memory(record.memory)
@@ -139,6 +142,11 @@ class WorkerRow:
 
     def uptime(self, now: float) -> float | None:
         return max(0.0, now - self.ready_at) if self.ready_at is not None else None
+
+    def drafts_text(self) -> str:
+        """The DRAFTS cell: the share of its drafts the model accepted, and the tokens each
+        verification produced (`75% ×3.5`); `-` before it verified any."""
+        return drafts(self.speculation)
 
     def exit_text(self) -> str:
         last = self.last_exit
@@ -232,6 +240,13 @@ class SessionRow:
         tokens = count(self.prompt_tokens) if self.prompt_tokens else "-"
         return tokens, f"{self.inputs} in" if self.inputs else "-"
 
+    def drafts_text(self) -> str:
+        """`11/18 drafts`: of the draft tokens verified, those the model accepted; "" for none."""
+        outcome = self.outcome
+        if outcome is None or not outcome.drafted_tokens:
+            return ""
+        return f"{outcome.accepted_tokens or 0}/{outcome.drafted_tokens} drafts"
+
     def outcome_text(self) -> str:
         outcome = self.outcome
         if outcome is None:
@@ -253,9 +268,11 @@ class SessionRow:
     def outcome_cell(self) -> str:
         """The OUTCOME cell: an embed or rerank session's kind, then its outcome (`embed`,
         `rerank · client_disconnected`), since at 80 columns the table has no room for a column
-        of its own; a generation's outcome alone."""
+        of its own; a generation's outcome, then its drafts if it verified any (`length 11/18
+        drafts`)."""
         if not self.pooled:
-            return self.outcome_text()
+            drafts = self.drafts_text()
+            return f"{self.outcome_text()} {drafts}".strip()  # no room for a ` · ` at 80 columns
         completed = self.outcome is not None and self.outcome.kind == "completed"
         # Its finish reason is always `stop`: only what was skipped is worth the room.
         outcome = self.skipped_text() if completed else self.outcome_text()

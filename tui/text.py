@@ -84,6 +84,8 @@ def describe(event: AdminEvent, row: SessionRow | None = None) -> str:
                 did = f"{row.inputs} inputs"  # its event counts generated tokens: none
             why = f" ({detail})" if detail else ""
             line = f"{sid} {outcome.kind}{why}, {did} in {duration(age_ms / 1000)}"
+            if outcome.drafted_tokens:
+                line += f", {outcome.accepted_tokens or 0} of {outcome.drafted_tokens} drafts accepted"
             return f"{line}; skipped {', '.join(outcome.ignored)}" if outcome.ignored else line
         case AdmissionRejected(session=session, model=model, active=active, queued=queued):
             return f"{session or 'a request'} rejected by {model}: {active} running, {queued} waiting"

@@ -1,8 +1,11 @@
-"""Numbers for people: durations and byte counts as `mlxhost status` and the console show them."""
+"""Numbers for people: durations, byte counts and draft figures as `mlxhost status` and the
+console show them."""
 
 from __future__ import annotations
 
-__all__ = ["count", "duration", "size"]
+from mlxhost.wire.launch import SpeculationReading
+
+__all__ = ["count", "drafts", "duration", "size"]
 
 
 def duration(seconds: float) -> str:
@@ -31,3 +34,13 @@ def count(value: int) -> str:
     if value < 999_500:
         return f"{value / 1000:.1f}k" if value < 99_950 else f"{value / 1000:.0f}k"
     return f"{value / 1_000_000:.1f}M"
+
+
+def drafts(reading: SpeculationReading | None) -> str:
+    """A worker's speculative decoding in at most nine characters: the share of its drafts the
+    model accepted, and the tokens each verification produced (`75% ×3.5`); `-` before any."""
+    rate = reading.acceptance if reading is not None else None
+    if reading is None or rate is None:
+        return "-"
+    per = reading.tokens_per_verification
+    return f"{rate:.0%}" + (f" ×{per:.1f}" if per is not None else "")

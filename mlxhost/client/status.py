@@ -10,7 +10,7 @@ import anyio
 import httpx
 
 from mlxhost.client.admin import AdminClient, HostNotFound, Target, find_target
-from mlxhost.client.human import duration, size
+from mlxhost.client.human import drafts, duration, size
 from mlxhost.wire.admin import BadRecord, ExitRecord, HostState
 from mlxhost.wire.inert import escape_controls
 
@@ -68,7 +68,7 @@ def render(target: Target, health: dict[str, Any], state: HostState) -> str:
         ),
         "",
         _table(
-            ["WORKER", "STATE", "PID", "RESTARTS", "UP", "IN FLIGHT", "MEMORY", "LAST EXIT"],
+            ["WORKER", "STATE", "PID", "RESTARTS", "UP", "IN FLIGHT", "MEMORY", "DRAFTS", "LAST EXIT"],
             [
                 [
                     w.id,
@@ -78,6 +78,7 @@ def render(target: Target, health: dict[str, Any], state: HostState) -> str:
                     duration(w.uptime_s) if w.uptime_s is not None else "-",
                     str(w.in_flight),
                     size(w.memory.active_bytes + w.memory.cache_bytes) if w.memory else "-",
+                    drafts(w.speculation),
                     _exit(w.last_exit),
                 ]
                 for w in state.workers

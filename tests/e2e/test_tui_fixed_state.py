@@ -92,6 +92,22 @@ def test_snapshot_pooled_80x24(fixed: Callable[[], ConsoleApp], snap_compare: An
     assert snap_compare(fixed(), terminal_size=(80, 24), run_before=both)
 
 
+def test_snapshot_drafts_80x24(fixed: Callable[[], ConsoleApp], snap_compare: Any) -> None:
+    """The running generation ended at its length limit, 11 of its 18 drafts accepted: the widest
+    common outcome still fits its cell at 80 columns."""
+    closed = given.event(
+        53, "session.closed", 0.1, session="s-0123456789ab", model="qwen-0.5b", tokens=340, age_ms=12_600,
+        kind="completed", finish_reason="length", drafted_tokens=18, accepted_tokens=11,
+    )  # fmt: skip
+
+    async def drafted(pilot: Pilot[Any]) -> None:
+        await feed(pilot)
+        pilot.app.main.ingest(events=[closed])  # type: ignore[attr-defined]
+        await pilot.pause()
+
+    assert snap_compare(fixed(), terminal_size=(80, 24), run_before=drafted)
+
+
 @pytest.mark.anyio
 async def test_filter_help_and_quit_keys(fixed: Callable[[], ConsoleApp]) -> None:
     app = fixed()

@@ -69,6 +69,10 @@ STATE_JSON: dict[str, Any] = {
 }
 
 
+# The first worker speculates: 75% of its 40 drafts accepted, 3.5 tokens per verification.
+STATE_JSON["workers"][0]["speculation"] = {
+    "drafted_tokens": 40, "accepted_tokens": 30, "verifications": 12, "verified_tokens": 42,
+}  # fmt: skip
 STATE = HostState.from_json(STATE_JSON)
 
 
@@ -208,6 +212,28 @@ def test_a_worker_exit_restart_and_ready_show_in_turn() -> None:
     assert llama.state == "exhausted"
     model.ingest(NOW, events=[event(57, "model.evicted", 0, model="qwen-0.5b", reason="idle_ttl")])
     assert model.workers["qwen-0.5b"].state == "unloading"
+
+
+def test_a_worker_s_drafts_show_as_its_acceptance_and_tokens_per_verification() -> None:
+    model = folded()
+    qwen, llama = model.workers["qwen-0.5b"], model.workers["llama-3b"]
+    assert qwen.drafts_text() == "75% ×3.5" and llama.drafts_text() == "-"  # llama never drafted
+
+    def drafted_more(data: dict[str, Any]) -> None:  # no event reports drafts: the next poll does
+        data["seq"] = 60
+        data["workers"][0]["speculation"] = {
+            "drafted_tokens": 100, "accepted_tokens": 33, "verifications": 50, "verified_tokens": 83,
+        }  # fmt: skip
+
+    model.ingest(NOW, state=state_with(drafted_more))
+    assert qwen.drafts_text() == "33% ×1.7"
+
+    def restarted(data: dict[str, Any]) -> None:
+        data["seq"] = 61
+        del data["workers"][0]["speculation"]  # a new process, that has not drafted yet
+
+    model.ingest(NOW, state=state_with(restarted))
+    assert qwen.drafts_text() == "-"
 
 
 def test_a_worker_that_could_not_be_started_says_only_why() -> None:

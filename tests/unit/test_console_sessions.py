@@ -162,6 +162,32 @@ def test_the_log_says_what_a_pooled_session_did() -> None:
     assert model.session_of(EVENTS[1]) is None  # a memory reading is about no session
 
 
+def test_a_generation_that_drafted_says_how_many_drafts_were_accepted() -> None:
+    model = folded()
+    closed = event(53, "session.closed", 0, session="s-0123456789ab", model="qwen-0.5b", tokens=340,
+                   age_ms=13000, kind="completed", finish_reason="stop", drafted_tokens=18,
+                   accepted_tokens=11)  # fmt: skip
+    model.ingest(NOW, events=[closed])
+    session = model.sessions["s-0123456789ab"]
+    assert session.outcome_cell() == "stop 11/18 drafts"
+    assert describe(closed, session) == (
+        "s-0123456789ab completed (stop), 340 tokens in 13s, 11 of 18 drafts accepted"
+    )
+    cancelled = event(54, "session.closed", 0, session="s-abcdef012345", model="llama-3b", tokens=3,
+                      age_ms=900, kind="cancelled", reason="client_disconnected", drafted_tokens=4,
+                      accepted_tokens=0)  # fmt: skip
+    model.ingest(NOW, events=[cancelled])
+    assert model.sessions["s-abcdef012345"].outcome_cell() == "client_disconnected 0/4 drafts"
+
+
+def test_mlxhost_status_shows_each_worker_s_drafts() -> None:
+    text = render(Target(url="http://127.0.0.1:8080"), {"status": "ok"}, STATE)
+    header, qwen, llama = text.splitlines()[2:5]
+    assert header.split()[-3:] == ["DRAFTS", "LAST", "EXIT"]
+    assert "75% ×3.5" in qwen and qwen.index("75% ×3.5") == header.index("DRAFTS")
+    assert llama[header.index("DRAFTS")] == "-"  # it never drafted
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [(0, "0"), (9_999, "9999"), (12_345, "12.3k"), (99_949, "99.9k"), (123_456, "123k"), (999_499, "999k"),

@@ -24,7 +24,10 @@ HELP = """\
   [b]?[/b]      this help; [b]esc[/b] closes it
   [b]q[/b]      quit
 
-Closed sessions stay a few seconds with their outcome, then fade out.
+Closed sessions stay a few seconds with their outcome, then fade out; a generation's ends
+with its drafts the model accepted, of those verified ([b]11/18 drafts[/b]).
+A worker's DRAFTS: the share of its drafts accepted, and tokens per verification
+([b]75% ×3.5[/b]); RST counts its restarts.
 The jobs pane shows while the host lists a job; a job runs alone, pausing the workers.
 Progress and memory readings update the tables, not the event log.
 If the host goes away the top bar says so, and the console reconnects.

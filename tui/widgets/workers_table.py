@@ -1,5 +1,6 @@
-"""The workers: one row per model process, its state, restarts, uptime, memory and last exit, with
-a row under it for each rank of a worker group (host, pid, memory); and one last row for the warm
+"""The workers: one row per model process, its state, restarts, uptime, memory, drafts (the share of
+its speculative drafts the model accepted, and the tokens per verification) and last exit, with a
+row under it for each rank of a worker group (host, pid, memory); and one last row for the warm
 standby interpreters, with the memory they cost."""
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ class WorkersTable(ModelTable):
         ("model", "MODEL"),
         ("state", "STATE"),
         ("pid", "PID"),
-        ("restarts", "RESTARTS"),
+        ("restarts", "RST"),  # restarts: DRAFTS needs the room at 80 columns
         ("up", "UP"),
         ("memory", "MEMORY"),
         ("trend", "RECENT"),
+        ("drafts", "DRAFTS"),
         ("exit", "LAST EXIT"),
     )
-    TREND_WIDTH = 12
+    TREND_WIDTH = 6  # as wide as its header: at 80 columns, DRAFTS takes the rest
 
     def __init__(self, model: ConsoleModel, clock: Clock) -> None:
         super().__init__(model, clock, id="workers")
@@ -55,6 +57,7 @@ class WorkersTable(ModelTable):
                 Text(duration(uptime) if uptime is not None else "-"),
                 Text(size(worker.memory) if worker.memory is not None else "-", justify="right"),
                 Text(sparkline(worker.readings, self.TREND_WIDTH).ljust(self.TREND_WIDTH), "cyan"),
+                Text(worker.drafts_text(), justify="right"),
                 Text(worker.exit_text()),
             )
             for rank in worker.ranks:
@@ -74,6 +77,7 @@ class WorkersTable(ModelTable):
             Text(memory, justify="right"),
             Text(" " * self.TREND_WIDTH),
             Text(""),
+            Text(""),
         )
 
     def _standby_row(self) -> Cells:
@@ -88,6 +92,7 @@ class WorkersTable(ModelTable):
             Text("-"),
             Text(size(sum(s.rss_bytes for s in standby)), justify="right"),
             Text(" " * self.TREND_WIDTH),
+            Text(""),
             Text(f"{warming} still importing" if warming else "", "dim"),
         )
 
