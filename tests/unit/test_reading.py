@@ -162,14 +162,16 @@ def test_an_error_body_reads_back_and_non_objects_do_not() -> None:
 
 
 def test_usage_writes_and_reads_as_openai_reports_it() -> None:
-    written = Usage(10, 4, 6).to_json()
+    written = Usage(10, 4, 6, drafted_tokens=5, accepted_tokens=3).to_json()
     assert written == {
         "prompt_tokens": 10,
         "completion_tokens": 4,
         "total_tokens": 14,
         "prompt_tokens_details": {"cached_tokens": 6},
+        "completion_tokens_details": {"accepted_prediction_tokens": 3, "rejected_prediction_tokens": 2},
     }
-    assert Usage.from_json(written) == Usage(10, 4, 6)
+    assert Usage.from_json(written) == Usage(10, 4, 6, drafted_tokens=5, accepted_tokens=3)
+    assert Usage.from_json(Usage(10, 4, 6).to_json()) == Usage(10, 4, 6)
     assert Usage.from_json({"prompt_tokens": 1, "completion_tokens": 2}) == Usage(1, 2, 0)
     assert Usage.from_json({"prompt_tokens": 1}) is None
 
