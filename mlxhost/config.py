@@ -216,7 +216,8 @@ class Settings:
         "lookup",
         speculate_value,
         "speculative decoding: lookup drafts each row's next tokens from its own prompt and output "
-        "and verifies them in one pass; off never drafts",
+        "and verifies them in one pass where that is measured to pay; always, wherever a row has "
+        "drafts; off never drafts",
     )
     draft_tokens: int = _option(
         6,

@@ -40,9 +40,10 @@ WILDCARDS = "*?"
 KV_BITS = (0, 4, 8)
 KV_GROUP_SIZES = (32, 64, 128)
 # Speculative decoding in the per-row batch (the engine's `speculate`): "lookup" drafts each row's
-# next tokens from its own prompt and output, "off" never drafts; at most MAX_DRAFT_TOKENS drafts
-# per row and step.
-SPECULATE_MODES = ("lookup", "off")
+# next tokens from its own prompt and output and verifies them where that is measured to pay,
+# "always" wherever a row has drafts, "off" never drafts; at most MAX_DRAFT_TOKENS drafts per row
+# and step.
+SPECULATE_MODES = ("lookup", "always", "off")
 MAX_DRAFT_TOKENS = 16
 
 
@@ -69,7 +70,7 @@ class ModelSpec:
     max_tokens_limit: int | None = None  # largest max_tokens; None: the host's max_tokens_limit
     kv_bits: int | None = None  # its KV quantized to 4 or 8 bits, 0 not; None: the host's kv_bits
     kv_group_size: int | None = None  # values per quantization group; None: the host's kv_group_size
-    speculate: str | None = None  # "lookup" or "off"; None: the host's speculate
+    speculate: str | None = None  # "lookup", "always" or "off"; None: the host's speculate
     draft_tokens: int | None = None  # most drafts per row and step; None: the host's draft_tokens
     adapter: str | None = None  # a LoRA adapter directory (mlx-lm's), loaded over the model
     group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.ranks); None: one worker

@@ -1,6 +1,8 @@
-"""Speculative decoding as a client sees it: one host serves the tiny model twice, drafting ("tiny",
-the default) and not ("plain", `speculate = "off"`). Greedy answers, their logprobs, stop strings
-and max_tokens are the same; the drafts show in the usage and the worker's counters."""
+"""Speculative decoding as a client sees it: one host serves the tiny model thrice, verifying every
+row's drafts ("tiny", `speculate = "always"`: which steps verify does not depend on this machine's
+timing), verifying them where they pay ("priced", the default) and not drafting ("plain",
+`speculate = "off"`). Greedy answers, their logprobs, stop strings and max_tokens are the same;
+the drafts show in the usage and the worker's counters."""
 
 from __future__ import annotations
 
@@ -26,10 +28,11 @@ PROMPTS = [
 def host(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
     config = tmp_path_factory.mktemp("speculation") / "models.toml"
     config.write_text(
-        f'[[model]]\nid = "tiny"\npath = "{tiny_model}"\npreload = true\n\n'
+        f'[[model]]\nid = "tiny"\npath = "{tiny_model}"\npreload = true\nspeculate = "always"\n\n'
+        f'[[model]]\nid = "priced"\npath = "{tiny_model}"\npreload = true\n\n'
         f'[[model]]\nid = "plain"\npath = "{tiny_model}"\npreload = true\nspeculate = "off"\n'
     )
-    with start_host("--config", str(config), timeout=120) as running:
+    with start_host("--config", str(config), "--max-resident", "3", timeout=120) as running:
         yield running
 
 
@@ -53,6 +56,8 @@ def test_greedy_answers_and_logprobs_are_those_without_drafts(host: RunningHost)
             ours, theirs = drafted.choices[0].logprobs.content, plain.choices[0].logprobs.content
             assert [t.token for t in ours] == [t.token for t in theirs]
             assert [t.logprob for t in ours] == pytest.approx([t.logprob for t in theirs], abs=1e-3)
+            priced = _answer(client, "priced", prompt)
+            assert priced.choices[0].message.content == plain.choices[0].message.content
     drafting, off = host.engine("tiny"), host.engine("plain")
     assert drafting["accepted_tokens"] > 0
     assert drafting["verified_tokens"] > drafting["verifications"]  # more than one token a pass

@@ -46,8 +46,8 @@ def test_env_can_name_the_config_file(tmp_path: Path) -> None:
         ("kv_bits = 6\n", r"option 'kv_bits'.*6; expected 0 \(off\), 4 or 8"),
         ("kv_group_size = 48\n", "option 'kv_group_size'.*48; expected 32, 64 or 128"),
         ("prefill_chunk_ms = 0\n", "option 'prefill_chunk_ms'.*0; expected a number > 0"),
-        ('speculate = "ngram"\n', "option 'speculate'.*'ngram'; expected one of lookup, off"),
-        ("speculate = false\n", "option 'speculate'.*False; expected one of lookup, off"),
+        ('speculate = "ngram"\n', "option 'speculate'.*'ngram'; expected one of lookup, always, off"),
+        ("speculate = false\n", "option 'speculate'.*False; expected one of lookup, always, off"),
         ("draft_tokens = 0\n", "option 'draft_tokens'.*0; expected an integer >= 1 and <= 16"),
         ("draft_tokens = 17\n", "option 'draft_tokens'.*17; expected an integer >= 1 and <= 16"),
     ],
@@ -119,8 +119,8 @@ def test_a_model_table_has_its_own_speculation_or_the_host_s(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        ('speculate = "eagle"', "model 'big': 'speculate' must be one of lookup, off, not 'eagle'"),
-        ("speculate = 1", "model 'big': 'speculate' must be one of lookup, off, not 1"),
+        ('speculate = "eagle"', "model 'big': 'speculate' must be one of lookup, always, off, not 'eagle'"),
+        ("speculate = 1", "model 'big': 'speculate' must be one of lookup, always, off, not 1"),
         ("draft_tokens = 0", "model 'big': 'draft_tokens' must be an integer >= 1 and <= 16, not 0"),
         ("draft_tokens = 6.5", "model 'big': 'draft_tokens' must be an integer >= 1 and <= 16, not 6.5"),
         ("kv_bits = 3", r"model 'big': 'kv_bits' must be 0 \(off\), 4 or 8, not 3"),

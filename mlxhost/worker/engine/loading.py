@@ -120,7 +120,8 @@ def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOpti
             budget=budget,
             kv_bits=kv_bits,
             kv_group_size=options.kv_group_size,
-            draft_tokens=options.draft_tokens if options.speculate == "lookup" else 0,
+            draft_tokens=options.draft_tokens if options.speculate != "off" else 0,
+            priced=options.speculate != "always",
         )
         return batch, KVLayout(True, kv_bits=kv_bits, kv_bits_reason=why)
     why = None

@@ -44,7 +44,8 @@ def rows_attention(queries: mx.array, rows: RowsKV, scale: float, mask: Any, sin
     short: list[int] = []  # attend together
     alone: list[int] = []
     for i, (cache, own) in enumerate(zip(rows.caches, masks, strict=True)):
-        plain = type(cache) is KVCache and own is None and sinks is None
+        # A verification step (rows/speculation.py) runs several positions a row, causal within it.
+        plain = type(cache) is KVCache and own in (None, "causal") and sinks is None
         (short if plain and cache.offset <= SHARED_LIMIT else alone).append(i)
     if len(short) == count > 1:  # all short: no row to split off or put back
         return _together(queries, rows.caches, scale, rows.shared)
@@ -73,10 +74,13 @@ def _together(queries: mx.array, caches: Sequence[Any], scale: float, shared: di
     longest = max(lengths)
     keys = mx.concatenate([_to(cache.keys, longest) for cache in caches])
     values = mx.concatenate([_to(cache.values, longest) for cache in caches])
-    mask = shared.get(lengths)
-    if mask is None and min(lengths) < longest:  # the same for every layer of this step: made once
-        mask = (mx.arange(longest)[None, :] < mx.array(lengths)[:, None])[:, None, None, :]
-        shared[lengths] = mask
+    positions = queries.shape[2]  # each row's last `positions` keys are its queries' own
+    mask = shared.get((lengths, positions))
+    if mask is None and (min(lengths) < longest or positions > 1):  # the same for every layer: made once
+        # Query q of a row sees its keys up to its own position: causal within the step's positions.
+        last = mx.array(lengths)[:, None] - positions + mx.arange(positions)[None, :]
+        mask = (mx.arange(longest)[None, None, :] <= last[:, :, None])[:, None, :, :]
+        shared[(lengths, positions)] = mask
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
 
 

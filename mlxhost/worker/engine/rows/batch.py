@@ -31,8 +31,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -45,20 +44,14 @@ from mlxhost.worker.cache.sharing import shared_copy
 from mlxhost.worker.engine.generation import SamplingParams
 from mlxhost.worker.engine.rows.attention import install
 from mlxhost.worker.engine.rows.budget import PrefillBudget
-from mlxhost.worker.engine.rows.kv import row_views
-from mlxhost.worker.engine.rows.speculation import SpeculationCounters, drafting, verify, wants_drafts
+from mlxhost.worker.engine.rows.kv import GROWTH_EVERY, row_views, set_growth
+from mlxhost.worker.engine.rows.row import Generated, LogitsProcessor, PromptProgress, Row, Sampler
+from mlxhost.worker.engine.rows.speculation import Speculation, SpeculationCounters
+from mlxhost.worker.engine.speculate.cost import StepCost
 
 __all__ = ["Generated", "PromptProgress", "RowBatch", "row_cache", "set_growth"]
 
-Sampler = Callable[[mx.array], mx.array]
-LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
-
 CLEAR_EVERY = 512  # decode steps between returning MLX's buffer cache, as BatchGenerator does
-# mlx-lm's KVCache grows its buffers `step` positions at a time (256), copying what they hold each
-# time. A row sets its own step to about an eighth of its length, between these bounds, every
-# GROWTH_EVERY tokens: a short row holds a few positions more than its tokens, not 256, and a long
-# one copies its KV once per eighth of its length at most.
-LEAST_STEP, MOST_STEP, GROWTH_EVERY = 16, 256, 16
 
 
 def row_cache(model: Any, kv_bits: int | None = None, kv_group_size: int = 64) -> list[Any]:
@@ -69,65 +62,6 @@ def row_cache(model: Any, kv_bits: int | None = None, kv_group_size: int = 64) -
     if kv_bits is None:
         return cache
     return [QuantizedKVCache(kv_group_size, kv_bits) if type(layer) is KVCache else layer for layer in cache]
-
-
-@dataclass(frozen=True)
-class PromptProgress:
-    """A row's prefill moved on. `end_of_segment` alone: all its prompt but the last token is in
-    its cache (a snapshot of it starts the next turn); with `end_of_prompt`: it joined decoding."""
-
-    uid: int
-    progress: tuple[int, int]  # prompt tokens prefilled, of all it prefills
-    end_of_segment: bool
-    end_of_prompt: bool
-
-
-@dataclass(frozen=True)
-class Generated:
-    """A token a row generated. A finished row hands over its cache and the tokens it holds."""
-
-    uid: int
-    token: int
-    step_logprobs: mx.array  # (rows, vocabulary): the step's log-probabilities, this row's at `index`
-    index: int
-    finish_reason: str | None
-    prompt_cache: list[Any] | None
-    all_tokens: list[int] | None
-    drafted: int = 0  # the row's draft tokens verified so far, and those kept (speculation.py)
-    accepted: int = 0
-
-    @property
-    def logprobs(self) -> mx.array:
-        """The log-probabilities it was sampled from (an MLX operation: read only when asked)."""
-        return self.step_logprobs[self.index]
-
-
-@dataclass(eq=False)
-class _Row:
-    uid: int
-    cache: list[Any]  # one mlx-lm cache per layer: this row's own KV
-    tokens: list[int]  # what `cache` holds
-    pending: list[int]  # prompt tokens not in `cache` yet, the last one included
-    max_tokens: int
-    sampler: Sampler
-    processors: list[LogitsProcessor]
-    total: int = 0  # prompt tokens it prefills in all
-    prefilled: int = 0
-    generated: int = 0
-    context: TokenBuffer | None = None  # the token context its logits processors see
-    at: int = 0  # a decoding row's place in the last step's rows: its token, not yet returned
-    last: mx.array = field(init=False)  # the prompt's last token, its first decode input
-    # Speculation (rows/speculation.py): None where the row never drafts.
-    sampling: SamplingParams | None = None  # None: greedy
-    lookup: Any = None  # its PromptLookup
-    length: Any = None  # its DraftLength
-    key: Any = None  # a seeded row's own random key for its drafts' tests
-    drafted: int = 0
-    accepted: int = 0
-
-    def __post_init__(self) -> None:
-        self.total = len(self.pending) - 1
-        self.last = mx.array(self.pending[-1:], dtype=mx.uint32)
 
 
 class RowBatch:
@@ -144,6 +78,7 @@ class RowBatch:
         kv_group_size: int = 64,
         stream: Any = None,
         draft_tokens: int = 0,
+        priced: bool = True,
     ) -> None:
         if any(len(stop) != 1 for stop in stop_tokens):
             raise ValueError("RowBatch stops on single tokens; stop strings are the text stream's")
@@ -154,14 +89,18 @@ class RowBatch:
         self.kv_bits = kv_bits
         self.kv_group_size = kv_group_size
         self.draft_tokens = draft_tokens  # most drafts a row verifies per step (0: no speculation)
-        self.counters = SpeculationCounters()
+        # The last step's kind, when it began, and its width: timed when the next one begins.
+        self._timing: tuple[str, float, int] | None = None
         self._stop = frozenset(stop[0] for stop in stop_tokens)
+        self.speculation = Speculation(
+            draft_tokens, self._stop, StepCost.pricing(priced, measured=self.budget.adaptive)
+        )
         self._stream = stream or generation_stream
         self._uids = itertools.count()
-        self._waiting: deque[_Row] = deque()  # inserted; in line for a place in the batch
-        self._prefilling: deque[_Row] = deque()  # in the batch, prefilling, first in line first
-        self._joining: list[_Row] = []  # prefilled: their last prompt token goes into the next step
-        self._decoding: list[_Row] = []
+        self._waiting: deque[Row] = deque()  # inserted; in line for a place in the batch
+        self._prefilling: deque[Row] = deque()  # in the batch, prefilling, first in line first
+        self._joining: list[Row] = []  # prefilled: their last prompt token goes into the next step
+        self._decoding: list[Row] = []
         # What the last decode step samples, ahead, one row each (a decoding row's is at `row.at`).
         self._sampled = mx.array([], dtype=mx.uint32)
         self._logprobs = mx.array([])
@@ -177,6 +116,11 @@ class RowBatch:
             mx.synchronize(self._stream)
             mx.set_wired_limit(self._old_wired_limit)
             self._old_wired_limit = None
+
+    @property
+    def counters(self) -> SpeculationCounters:
+        """Its drafts, verified and kept, since it began."""
+        return self.speculation.counters
 
     @property
     def prompt_cache_nbytes(self) -> int:
@@ -217,7 +161,7 @@ class RowBatch:
             if most <= 0:
                 raise ValueError(f"max_tokens must be > 0, not {most}")
             rows.append(
-                _Row(
+                Row(
                     next(self._uids),
                     cache if cache is not None else self.new_cache(),
                     list(held),
@@ -227,7 +171,7 @@ class RowBatch:
                     list(processors or []),
                 )
             )
-            drafting(rows[-1], params, self.draft_tokens)
+            self.speculation.setup(rows[-1], params)
         self._waiting.extend(rows)
         return [row.uid for row in rows]
 
@@ -263,6 +207,8 @@ class RowBatch:
             joined = [PromptProgress(row.uid, (row.total, row.total), True, True) for row in self._joining]
             generated = self._step() if self._decoding or self._joining else []
             prompts = self._prefill()
+            if prompts or not generated:  # a prefill chunk, or no step: the next period is no step's
+                self._timing = None
             self._steps += 1
             if self._steps % CLEAR_EVERY == 0:
                 mx.clear_cache()
@@ -270,7 +216,7 @@ class RowBatch:
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def _rows(self) -> itertools.chain[_Row]:
+    def _rows(self) -> itertools.chain[Row]:
         return itertools.chain(self._waiting, self._prefilling, self._joining, self._decoding)
 
     def _admit(self) -> None:
@@ -284,11 +230,35 @@ class RowBatch:
         return row_cache(self.model, self.kv_bits, self.kv_group_size)
 
     def _step(self) -> list[Generated]:
-        if wants_drafts(self):
-            generated = verify(self, self._sampled.tolist() if self._decoding else [])
-            if generated is not None:
-                return generated
-        return self._decode()
+        speculation = self.speculation
+        began = time.perf_counter()
+        self._timed(began)
+        if speculation.wanted(self._decoding + self._joining):
+            firsts = self._sampled.tolist() if self._decoding else []
+            ended = time.perf_counter()  # the step before has ended: what follows is this one's
+            verified = speculation.verify(self.model, self._decoding, self._joining, firsts, self._logprobs)
+            if verified is not None:
+                self._timing = ("verify", ended, speculation.width)
+                self._decoding, self._joining = verified.rows, []
+                self._sampled, self._logprobs = verified.sampled, verified.logprobs
+                return verified.generated
+            began = None  # it waited for the step before: its period is not a decode step's
+        joining = bool(self._joining)
+        generated = self._decode()
+        self._timing = None if began is None or joining else ("decode", began, 1)
+        return generated
+
+    def _timed(self, now: float) -> None:
+        """Tell speculate/cost.py the last step's period: from its start (a verification step's:
+        once the step before it ended) to this one's, the generation loop's work between included,
+        which every step pays alike."""
+        if self._timing is not None:
+            kind, began, width = self._timing
+            if kind == "decode":
+                self.speculation.cost.decoded(now - began)
+            else:
+                self.speculation.cost.verified(now - began, width)
+        self._timing = None
 
     def _decode(self) -> list[Generated]:
         running, joining = self._decoding, self._joining
@@ -331,7 +301,7 @@ class RowBatch:
         # Now what the step before sampled, which went in as this step's inputs.
         before = previous.tolist() if running else []
         out: list[Generated] = []
-        keep: list[_Row] = []
+        keep: list[Row] = []
         for e, row in enumerate(rows):
             place, row.at = row.at, e
             if e >= len(running):  # it joined: its input was its prompt's last token
@@ -386,11 +356,3 @@ class RowBatch:
             else:
                 progress.append(PromptProgress(row.uid, (row.prefilled, row.total), False, False))
         return progress
-
-
-def set_growth(cache: list[Any], length: int) -> None:
-    """Let `cache`'s plain KV buffers grow by about an eighth of `length` positions at a time."""
-    step = min(MOST_STEP, max(LEAST_STEP, length // 8 // LEAST_STEP * LEAST_STEP))
-    for layer in cache:
-        if type(layer) in (KVCache, QuantizedKVCache):  # a rotating window's size is its own
-            layer.step = step

@@ -21,8 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-__all__ = ["RowMasks", "RowsKV", "row_views"]
+__all__ = ["GROWTH_EVERY", "RowMasks", "RowsKV", "row_views", "set_growth"]
+
+# mlx-lm's KVCache grows its buffers `step` positions at a time (256), copying what they hold each
+# time. A row sets its own step to about an eighth of its length, between these bounds, every
+# GROWTH_EVERY tokens: a short row holds a few positions more than its tokens, not 256, and a long
+# one copies its KV once per eighth of its length at most.
+LEAST_STEP, MOST_STEP, GROWTH_EVERY = 16, 256, 16
 
 
 @dataclass(frozen=True)
@@ -90,3 +97,10 @@ def row_views(rows: Sequence[Sequence[Any]]) -> list[RowsKV]:
     offset = mx.array([row[0].offset for row in rows])
     shared: dict[Any, Any] = {}
     return [RowsKV(layer, offset, shared) for layer in zip(*rows, strict=True)]
+
+def set_growth(cache: list[Any], length: int) -> None:
+    """Let `cache`'s plain KV buffers grow by about an eighth of `length` positions at a time."""
+    step = min(MOST_STEP, max(LEAST_STEP, length // 8 // LEAST_STEP * LEAST_STEP))
+    for layer in cache:
+        if type(layer) in (KVCache, QuantizedKVCache):  # a rotating window's size is its own
+            layer.step = step

@@ -9,31 +9,33 @@ each row (attention.py). Then each row keeps the drafts the model itself would h
 without drafts, at any lengths, share the pass.
 
 The step waits for the one before it: a row's drafts follow the token that step sampled, and
-its KV's length after the step depends on how many it keeps. So a batch only verifies when some
-row wants to draft (draft_length.py); otherwise it decodes one token per row, running ahead.
+its KV's length after the step depends on how many it keeps. So a batch verifies only when the
+drafts its rows expect to keep pay for that (speculate/cost.py); otherwise it decodes one token
+per row, running ahead.
 
 Runs in the generation thread only, inside the batch's stream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, RotatingKVCache, TokenBuffer
+from mlx_lm.sample_utils import greedy_sampler
 
 from mlxhost.worker.engine.generation import SamplingParams
 from mlxhost.worker.engine.grammar_mask import GrammarProcessor
-from mlxhost.worker.engine.rows.kv import row_views
+from mlxhost.worker.engine.rows.kv import GROWTH_EVERY, row_views, set_growth
+from mlxhost.worker.engine.rows.row import Generated, Row
 from mlxhost.worker.engine.speculate.acceptance import is_greedy, kept, sampled_choices
+from mlxhost.worker.engine.speculate.cost import StepCost
 from mlxhost.worker.engine.speculate.draft_length import DraftLength
 from mlxhost.worker.engine.speculate.lookup import PromptLookup
 
-if TYPE_CHECKING:
-    from mlxhost.worker.engine.rows.batch import Generated, RowBatch, _Row
-
-__all__ = ["SpeculationCounters", "drafting", "trimmable", "verify", "wants_drafts"]
+__all__ = ["Speculation", "SpeculationCounters", "Verified", "trimmable"]
 
 
 @dataclass
@@ -44,31 +46,191 @@ class SpeculationCounters:
     verified_tokens: int = 0  # tokens such steps wrote: the kept drafts and the model's own
 
 
-def drafting(row: _Row, params: SamplingParams | None, most: int) -> None:
-    """Set `row` up to draft up to `most` tokens a step (0: never), tested against `params`."""
-    # Not where a logits processor other than its grammar's would see the drafts: a penalty's or
-    # a thinking budget's state follows each token it is shown, and has no way back.
-    if most <= 0 or any(not isinstance(p, GrammarProcessor) for p in row.processors):
-        return
-    row.sampling, row.lookup, row.length = params, PromptLookup(), DraftLength(most)
-    if params is not None and params.seed is not None and params.temperature > 0:
-        row.key = mx.random.key((params.seed ^ 0x5EED) % 2**64)  # its own: not the sampler's
+@dataclass(frozen=True)
+class Verified:
+    """What a verification step leaves: the tokens it wrote, and the rows still decoding, each
+    with its next input (not yet returned) at its place in `sampled` and `logprobs`."""
+
+    generated: list[Generated]
+    rows: list[Row]
+    sampled: mx.array
+    logprobs: mx.array
 
 
-def wants_drafts(batch: RowBatch) -> bool:
-    """Whether some row wants to draft this step, and every row's KV can be trimmed after; a
-    step without drafts is a step of every row's rest."""
-    if batch.draft_tokens <= 0:
+@dataclass
+class _Plan:
+    row: Row
+    first: int  # its input at position 0: the token sampled last step, or the prompt's last
+    running: bool  # decoding already (False: joining, its first is a prompt token)
+    drafts: list[int]
+    wanted: int  # drafts its DraftLength asked for
+
+
+class Speculation:
+    """A row batch's speculation: which rows draft, when a step verifies, and what it keeps."""
+
+    def __init__(self, most: int, stop: frozenset[int], cost: StepCost | None = None) -> None:
+        self.most = most  # drafts a row may carry a step (0: none ever)
+        self.counters = SpeculationCounters()
+        self.cost = cost or StepCost()
+        self.width = 1  # positions a row in the step being planned or run
+        self._stop = stop
+
+    def setup(self, row: Row, params: SamplingParams | None) -> None:
+        """Let `row` draft, its drafts tested against `params` (None: greedy), where it may."""
+        # Not where a logits processor other than its grammar's would see the drafts: a penalty's
+        # or a thinking budget's state follows each token it is shown, and has no way back. Nor
+        # where it is seeded and sampled: its draws must not depend on the batch around it, and
+        # which steps verify does.
+        if self.most <= 0 or any(not isinstance(p, GrammarProcessor) for p in row.processors):
+            return
+        if params is not None and params.seed is not None and params.temperature > 0:
+            return
+        row.sampling, row.lookup, row.length = params, PromptLookup(), DraftLength(self.most)
+
+    def wanted(self, rows: Sequence[Row]) -> bool:
+        """Whether the drafts `rows` want this step pay for a verification step, and every row's
+        KV can be trimmed after; a step without drafts is a step of every row's rest."""
+        if self.most <= 0:
+            return False
+        expected = [row.length.expected for row in rows if row.length is not None and _may_draft(row)]
+        self.width = self.cost.best_width(len(rows), self.most, expected) if expected else 1
+        if self.width > 1 and all(trimmable(row.cache, self.width) for row in rows):
+            return True
+        for row in rows:
+            if row.length is not None:
+                row.length.resting()
         return False
-    rows = batch._decoding + batch._joining
-    if any(r.length is not None and r.length.wanted() for r in rows) and all(
-        trimmable(r.cache, 1 + batch.draft_tokens) for r in rows
-    ):
-        return True
-    for row in rows:
-        if row.length is not None:
-            row.length.resting()
-    return False
+
+    def verify(
+        self, model: Any, running: list[Row], joining: list[Row], firsts: list[int], earlier: mx.array
+    ) -> Verified | None:
+        """One step verifying the rows' drafts, or None when no row found any (the batch then
+        decodes as usual: nothing was changed). `firsts`: the step before's samples, read, of
+        which `earlier` are the log-probabilities (each running row's at its place)."""
+        plans = [self._plan(row, firsts[row.at], True) for row in running]
+        plans += [self._plan(row, row.pending[-1], False) for row in joining]
+        if not any(plan.drafts for plan in plans):
+            for plan in plans:
+                _adapt(plan, 0)
+            return None
+        return self._run(model, plans, earlier)
+
+    def _plan(self, row: Row, first: int, running: bool) -> _Plan:
+        wanted = min(row.length.wanted(), self.width - 1) if row.length is not None else 0
+        count = min(wanted, row.max_tokens - row.generated - (1 if running else 0))
+        if running and first in self._stop:
+            count = 0
+        drafts: list[int] = []
+        if count > 0 and row.lookup is not None:
+            row.lookup.catch_up(row.tokens)
+            drafts = row.lookup.draft_after(first, count)
+            for place, token in enumerate(drafts):  # the model's own choice writes an ending
+                if token in self._stop:
+                    drafts = drafts[:place]
+                    break
+            grammar = _grammar(row)
+            if grammar is not None and drafts:
+                drafts = drafts[: grammar.valid_drafts(first if running else None, drafts)]
+        return _Plan(row, first, running, drafts, wanted)
+
+    def _run(self, model: Any, plans: list[_Plan], earlier: mx.array) -> Verified:
+        width = self.width = 1 + max(len(plan.drafts) for plan in plans)  # as run: timed at that width
+        inputs = mx.array(
+            [[p.first, *p.drafts, *([p.first] * (width - 1 - len(p.drafts)))] for p in plans],
+            dtype=mx.uint32,
+        )
+        logits = _processed(plans, inputs, model(inputs, cache=row_views([p.row.cache for p in plans])))
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        greedy = mx.argmax(logprobs, axis=-1)
+        verdicts: list[Any] = []  # None: the argmax decides; an int: a place in `plain`
+        plain: list[mx.array] = []  # samples of rows without drafts that do not take the argmax
+        for e, plan in enumerate(plans):
+            row, count = plan.row, len(plan.drafts)
+            if count == 0 and row.sampler is not greedy_sampler:  # as a decode step: its own sampler
+                verdicts.append(len(plain))
+                plain.append(row.sampler(logprobs[e, 0:1]))
+            elif count == 0 or is_greedy(row.sampling):
+                verdicts.append(None)
+            else:
+                assert row.sampling is not None
+                verdicts.append(sampled_choices(logprobs[e, : count + 1], plan.drafts, row.sampling))
+        sampled = mx.concatenate(plain) if plain else mx.array([])
+        mx.eval(greedy, sampled, [verdict for verdict in verdicts if isinstance(verdict, tuple)])
+        chosen, samples = greedy.tolist(), sampled.tolist()
+        out: list[Generated] = []
+        keep, nexts, places = [], [], []
+        for e, plan in enumerate(plans):
+            verdict, count = verdicts[e], len(plan.drafts)
+            if isinstance(verdict, int):
+                accepted, token = 0, samples[verdict]
+            elif verdict is None:
+                own = chosen[e][: count + 1]
+                accepted = kept([own[j] == plan.drafts[j] for j in range(count)])
+                token = own[accepted]
+            else:
+                passes, choices = verdict
+                accepted = kept(passes.tolist())
+                token = choices[accepted].item()
+            self._count(plan, accepted)
+            held, ended = self._write(plan, accepted, earlier, logprobs[e], out)
+            for layer in plan.row.cache:  # positions 0 (its first) to `held` (its last kept draft)
+                layer.trim(width - 1 - held)
+            if not ended:
+                plan.row.at = len(keep)
+                keep.append(plan.row)
+                nexts.append(token)
+                places.append((e, held))
+        if places:
+            at = mx.array([e for e, _ in places]), mx.array([held for _, held in places])
+            next_logprobs = logprobs[at]
+        else:
+            next_logprobs = mx.array([])
+        return Verified(out, keep, mx.array(nexts, dtype=mx.uint32), next_logprobs)
+
+    def _count(self, plan: _Plan, accepted: int) -> None:
+        if plan.drafts:
+            counters, row = self.counters, plan.row
+            counters.drafted += len(plan.drafts)
+            counters.accepted += accepted
+            counters.verifications += 1
+            counters.verified_tokens += accepted + 1
+            row.drafted += len(plan.drafts)
+            row.accepted += accepted
+        _adapt(plan, accepted)
+
+    def _write(
+        self, plan: _Plan, accepted: int, earlier: mx.array, logprobs: mx.array, out: list[Generated]
+    ) -> tuple[int, bool]:
+        """A row's tokens of the step, in order, each of which may end it: its first (when it was
+        decoding) and the drafts it kept. How many drafts its KV keeps, and whether it ended."""
+        row = plan.row
+        written = [(plan.first, earlier, row.at)] if plan.running else []
+        written += [(plan.drafts[j], logprobs, j) for j in range(accepted)]
+        if not plan.running:  # its first was its prompt's last token
+            set_growth(row.cache, len(row.tokens))
+            row.tokens.append(plan.first)
+            row.pending = []
+        held = 0
+        for place, (token, step_logprobs, index) in enumerate(written):
+            row.tokens.append(token)
+            held += 0 if plan.running and place == 0 else 1
+            row.generated += 1
+            if row.generated % GROWTH_EVERY == 0:
+                set_growth(row.cache, len(row.tokens))
+            finish = "length" if row.generated >= row.max_tokens else None
+            if token in self._stop:
+                finish = "stop"
+            ended = finish is not None
+            handed = (row.cache, row.tokens) if ended else (None, None)
+            out.append(
+                Generated(row.uid, token, step_logprobs, index, finish, *handed, row.drafted, row.accepted)
+            )
+            if ended:  # its KV keeps what it wrote, no more
+                return held, True
+        if row.context is not None and held:
+            row.context.update_and_fetch(mx.array(plan.drafts[:held], dtype=mx.int32))
+        return held, False
 
 
 def trimmable(cache: list[Any], positions: int) -> bool:
@@ -84,157 +246,20 @@ def trimmable(cache: list[Any], positions: int) -> bool:
     return True
 
 
-@dataclass
-class _Plan:
-    row: _Row
-    first: int  # its input at position 0: the token sampled last step, or the prompt's last
-    running: bool  # decoding already (False: joining, its first is a prompt token)
-    drafts: list[int]
-    wanted: int  # drafts its DraftLength asked for
+def _may_draft(row: Row) -> bool:
+    """Whether `row` wants drafts and may find some: its end as known before this step (the
+    token the step before sampled is not read yet) was written earlier in its context. A row
+    with nothing to copy costs no verification step, nor the wait for the step before."""
+    if row.length is None or row.lookup is None or not row.length.wanted():
+        return False
+    if row.pending:  # joining: its prompt is all known, and drafting is tried once
+        return True
+    row.lookup.catch_up(row.tokens)
+    return bool(row.lookup.draft(1))
 
 
-def verify(batch: RowBatch, first_tokens: list[int]) -> list[Generated] | None:
-    """One step verifying the rows' drafts, or None when no row found any (the batch then decodes
-    as usual: nothing was changed). `first_tokens`: the step before's samples, read."""
-    running, joining = batch._decoding, batch._joining
-    plans = []
-    for row in running:
-        plans.append(_plan(batch, row, first_tokens[row.at], True))
-    for row in joining:
-        plans.append(_plan(batch, row, row.pending[-1], False))
-    if not any(plan.drafts for plan in plans):
-        for plan in plans:
-            _adapt(plan, 0)
-        return None
-    return _run(batch, plans)
-
-
-def _plan(batch: RowBatch, row: _Row, first: int, running: bool) -> _Plan:
-    wanted = row.length.wanted() if row.length is not None else 0
-    room = row.max_tokens - row.generated - (1 if running else 0)
-    count = min(wanted, room)
-    if running and first in batch._stop:
-        count = 0
-    drafts: list[int] = []
-    if count > 0 and row.lookup is not None:
-        row.lookup.catch_up(row.tokens)
-        drafts = row.lookup.draft_after(first, count)
-        for place, token in enumerate(drafts):  # the model's own choice writes an ending
-            if token in batch._stop:
-                drafts = drafts[:place]
-                break
-        grammar = _grammar(row)
-        if grammar is not None and drafts:
-            drafts = drafts[: grammar.valid_drafts(first if running else None, drafts)]
-    return _Plan(row, first, running, drafts, wanted)
-
-
-def _grammar(row: _Row) -> GrammarProcessor | None:
+def _grammar(row: Row) -> GrammarProcessor | None:
     return next((p for p in row.processors if isinstance(p, GrammarProcessor)), None)
-
-
-def _run(batch: RowBatch, plans: list[_Plan]) -> list[Generated]:
-    from mlxhost.worker.engine.rows.batch import GROWTH_EVERY, Generated, set_growth
-
-    width = 1 + max(len(plan.drafts) for plan in plans)
-    inputs = mx.array(
-        [[p.first, *p.drafts, *([p.first] * (width - 1 - len(p.drafts)))] for p in plans], dtype=mx.uint32
-    )
-    logits = batch.model(inputs, cache=row_views([plan.row.cache for plan in plans]))
-    logits = _processed(plans, inputs, logits)
-    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    greedy = mx.argmax(logprobs, axis=-1)
-    verdicts: list[Any] = []
-    for e, plan in enumerate(plans):
-        row, count = plan.row, len(plan.drafts)
-        if count == 0:  # as a plain decode step: its own sampler, at its last token
-            verdicts.append(row.sampler(logprobs[e, 0:1]))
-        elif is_greedy(row.sampling):
-            verdicts.append(None)
-        else:
-            key = None
-            if row.key is not None:
-                row.key, key = mx.random.split(row.key)
-            verdicts.append(sampled_choices(logprobs[e, : count + 1], plan.drafts, row.sampling, key))
-    mx.eval(greedy, [verdict for verdict in verdicts if verdict is not None])
-    chosen = greedy.tolist()
-    earlier = batch._logprobs
-    counters = batch.counters
-    out: list[Generated] = []
-    keep, nexts, places = [], [], []
-    for e, plan in enumerate(plans):
-        row, drafts, count = plan.row, plan.drafts, len(plan.drafts)
-        verdict = verdicts[e]
-        if count == 0:
-            accepted, token = 0, verdict.item()
-        elif verdict is None:
-            own = chosen[e][: count + 1]
-            accepted = kept([own[j] == drafts[j] for j in range(count)])
-            token = own[accepted]
-        else:
-            passes, choices = verdict
-            accepted = kept(passes.tolist())
-            token = choices[accepted].item()
-        if count:
-            counters.drafted += count
-            counters.accepted += accepted
-            counters.verifications += 1
-            counters.verified_tokens += accepted + 1
-            row.drafted += count
-            row.accepted += accepted
-        _adapt(plan, accepted)
-        # Positions 0..held stay in the row's KV; the rest is trimmed. Written in order, each
-        # may end the row.
-        written = ([(plan.first, earlier, row.at)] if plan.running else []) + [
-            (drafts[j], logprobs[e], j) for j in range(accepted)
-        ]
-        if not plan.running:
-            set_growth(row.cache, len(row.tokens))
-            row.tokens.append(plan.first)
-            row.pending = []
-        held, finish = 0, None
-        for place, (value, step_logprobs, index) in enumerate(written):
-            row.tokens.append(value)
-            held += 0 if plan.running and place == 0 else 1
-            row.generated += 1
-            if row.generated % GROWTH_EVERY == 0:
-                set_growth(row.cache, len(row.tokens))
-            finish = "length" if row.generated >= row.max_tokens else None
-            if value in batch._stop:
-                finish = "stop"
-            ended = finish is not None
-            out.append(
-                Generated(
-                    row.uid,
-                    value,
-                    step_logprobs,
-                    index,
-                    finish,
-                    row.cache if ended else None,
-                    row.tokens if ended else None,
-                    row.drafted,
-                    row.accepted,
-                )
-            )
-            if ended:
-                break
-        for layer in row.cache:
-            layer.trim(width - 1 - held)
-        if finish is None:
-            if row.context is not None and held:
-                row.context.update_and_fetch(mx.array(drafts[:held], dtype=mx.int32))
-            row.at = len(keep)
-            keep.append(row)
-            nexts.append(token)
-            places.append((e, held))
-    batch._decoding, batch._joining = keep, []
-    batch._sampled = mx.array(nexts, dtype=mx.uint32)
-    if places:
-        at = mx.array([e for e, _ in places]), mx.array([held for _, held in places])
-        batch._logprobs = logprobs[at]
-    else:
-        batch._logprobs = mx.array([])
-    return out
 
 
 def _processed(plans: list[_Plan], inputs: mx.array, logits: mx.array) -> mx.array:

@@ -20,8 +20,6 @@ Everything is built as MLX operations for all positions at once, read back with 
 
 from __future__ import annotations
 
-from typing import Any
-
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
@@ -48,24 +46,23 @@ def target_logprobs(logprobs: mx.array, params: SamplingParams) -> mx.array:
 
 
 def sampled_choices(
-    logprobs: mx.array, drafts: list[int], params: SamplingParams, key: Any = None
+    logprobs: mx.array, drafts: list[int], params: SamplingParams
 ) -> tuple[mx.array, mx.array]:
     """For a sampled row's positions 0..k (`logprobs`, k + 1 rows) and its k `drafts`: whether
     each draft passes its own test, and the token each position writes if it is the first to
     refuse (position k: a plain sample, written when every draft is kept)."""
     k = len(drafts)
     target = target_logprobs(logprobs, params)
-    keys = mx.random.split(key) if key is not None else (None, None)
     ids = mx.array(drafts, dtype=mx.int32)
     chance = mx.exp(target[mx.arange(k), ids]) if k else mx.array([])
-    passes = mx.random.uniform(shape=(k,), key=keys[0]) < chance
+    passes = mx.random.uniform(shape=(k,)) < chance
     # Without the draft: its position's distribution, the draft's probability taken out.
     without = target
     if k:
         refused = mx.zeros(target.shape, dtype=mx.bool_)
         refused[mx.arange(k), ids] = True
         without = mx.where(refused, -mx.inf, target)
-    choices = mx.random.categorical(without, key=keys[1])
+    choices = mx.random.categorical(without)
     return passes, choices
 
 
