@@ -73,6 +73,9 @@ class ModelSpec:
     speculate: str | None = None  # "lookup", "always" or "off"; None: the host's speculate
     draft_tokens: int | None = None  # most drafts per row and step; None: the host's draft_tokens
     adapter: str | None = None  # a LoRA adapter directory (mlx-lm's), loaded over the model
+    # A draft model (a directory or repo id, the model's own tokenizer) whose drafts the model
+    # verifies (worker/engine/rows/drafter.py); None: drafts by prompt lookup.
+    draft: str | None = None
     group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.ranks); None: one worker
     # What it serves (mlxhost.model_tasks): "generate", "embed", "rerank"; None: as its files say.
     task: tuple[str, ...] | None = None
@@ -155,7 +158,7 @@ def _alias_problem(alias: str) -> str | None:
 
 _MODEL_KEYS = {
     "id", "path", "aliases", "preload", "idle_ttl", "max_batch", "max_active", "max_queued",
-    "max_tokens_limit", "kv_bits", "kv_group_size", "speculate", "draft_tokens", "adapter", "ranks",
+    "max_tokens_limit", "kv_bits", "kv_group_size", "speculate", "draft_tokens", "adapter", "draft", "ranks",
     "backend", "hosts", "hostfile", "sharding", "task",
 }  # fmt: skip
 
@@ -263,6 +266,11 @@ def _model_spec(item: object) -> ModelSpec:
         raise InvalidValue(f"model '{model_id}': {exc}") from None
     if group is not None and adapter is not None:
         raise InvalidValue(f"model '{model_id}': 'adapter' is not served by a group of ranks yet")
+    draft = item.get("draft")
+    if draft is not None and (not isinstance(draft, str) or not draft):
+        raise InvalidValue(f"model '{model_id}': 'draft' must be a model directory or repo id")
+    if group is not None and draft is not None:
+        raise InvalidValue(f"model '{model_id}': 'draft' is not served by a group of ranks yet")
     task = None
     if item.get("task") is not None:
         try:
@@ -274,8 +282,9 @@ def _model_spec(item: object) -> ModelSpec:
     if group is not None and task is not None and task != ("generate",):
         raise InvalidValue(f"model '{model_id}': embeddings and reranking are not served by a group yet")
     return ModelSpec(
-        model_id, location, tuple(aliases), preload, adapter=adapter, group=group, task=task, **own
-    )
+        model_id, location, tuple(aliases), preload, adapter=adapter, draft=draft, group=group, task=task,
+        **own,
+    )  # fmt: skip
 
 
 def _own_value(model_id: str, name: str, raw: object) -> object:

@@ -67,6 +67,9 @@ async def serve_host(settings: Settings) -> None:
     warn_if_exposed(settings, keys)
     specs = model_specs(settings)
     paths = {spec.id: resolve_model(spec.path) for spec in specs}
+    for spec in specs:  # a draft model missing is said now, not at each of the worker's starts
+        if spec.draft is not None:
+            resolve_model(spec.draft)
     for spec in specs:
         kind = model_kind(spec)
         if (problem := encoder_problem(kind)) is not None:

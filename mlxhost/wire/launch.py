@@ -125,6 +125,7 @@ class LaunchRecord:
     options: WorkerOptions = field(default_factory=WorkerOptions)
     version: int = PROTOCOL_VERSION
     adapter_path: str | None = None  # LoRA adapters loaded over the model
+    draft_path: str | None = None  # a draft model for speculative decoding (its directory)
     # A worker group's rank (MLX_RANK set by mlx.launch): how the model is split, "tensor" or
     # "pipeline" (mlxhost.ranks); None: a single worker.
     sharding: str | None = None
@@ -161,12 +162,10 @@ class LaunchRecord:
         for name in ("worker_id", "socket", "model_path", "model_id"):
             if not isinstance(getattr(record, name), str) or not getattr(record, name):
                 raise BadLaunchRecord(f"malformed launch record: '{name}' must be a non-empty string")
-        if record.adapter_path is not None and (
-            not isinstance(record.adapter_path, str) or not record.adapter_path
-        ):
-            raise BadLaunchRecord(
-                "malformed launch record: 'adapter_path' must be a non-empty string or null"
-            )
+        for name in ("adapter_path", "draft_path"):
+            value = getattr(record, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise BadLaunchRecord(f"malformed launch record: '{name}' must be a non-empty string or null")
         if not isinstance(record.tasks, list) or not record.tasks or any(
             t not in TASKS for t in record.tasks
         ):

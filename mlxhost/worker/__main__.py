@@ -208,18 +208,29 @@ async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> 
             tg.start_soon(_report_speculation, engine)
             tg.start_soon(_report_progress, engine)
 
-    await serve_model(
-        settings,
-        Path(record.model_path),
-        record.model_id,
-        [f"unix:{record.socket}"],
-        shutdown,
-        on_ready,
-        background,
-        adapter_path=record.adapter_path,
-        sharding=record.sharding,
-        kind=detect(Path(record.model_path)).with_tasks(tuple(record.tasks)),
-    )
+    from mlxhost.worker.engine.loading import DraftMismatch
+
+    refused = None
+    try:
+        await serve_model(
+            settings,
+            Path(record.model_path),
+            record.model_id,
+            [f"unix:{record.socket}"],
+            shutdown,
+            on_ready,
+            background,
+            adapter_path=record.adapter_path,
+            draft_path=record.draft_path,
+            sharding=record.sharding,
+            kind=detect(Path(record.model_path)).with_tasks(tuple(record.tasks)),
+        )
+    except* DraftMismatch as group:
+        refused = group.exceptions[0]
+    if refused is not None:
+        # A draft model of another tokenizer fails every start alike: said once, not tried again.
+        print(f"mlxhost worker: {refused}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_LAUNCH)
     if shutdown.reason == PARENT_GONE:
         # Nobody is left to remove the parent's runtime directory; the last worker out does
         # (rmdir fails, harmlessly, while other workers' sockets are still in it).

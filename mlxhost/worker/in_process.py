@@ -64,6 +64,7 @@ async def serve_in_process(settings: Settings) -> None:
             background,
             adapter_path=spec.adapter,
             kind=kind,
+            draft_path=None if spec.draft is None else str(resolve_model(spec.draft)),
         )
     except* BindError as group:
         raise StartupError(str(group.exceptions[0])) from None

@@ -43,6 +43,7 @@ def engine_options(
     adapter_path: str | None = None,
     sharding: str | None = None,
     kind: ModelKind = ModelKind(),
+    draft_path: str | None = None,
 ) -> EngineOptions:
     """The engine a worker runs for `settings` (every rank of a group builds the same one)."""
     return EngineOptions(
@@ -64,6 +65,7 @@ def engine_options(
         sharding=sharding,
         tasks=frozenset(kind.tasks),
         encoder=kind.encoder,
+        draft_path=draft_path,
     )
 
 
@@ -78,9 +80,10 @@ async def serve_model(
     adapter_path: str | None = None,
     sharding: str | None = None,
     kind: ModelKind = ModelKind(),
+    draft_path: str | None = None,
 ) -> None:
     """Serve until `shutdown` is requested; running requests get `settings.shutdown_grace`."""
-    options = engine_options(settings, adapter_path, sharding, kind)
+    options = engine_options(settings, adapter_path, sharding, kind, draft_path)
     async with Engine.open(model_path, options) as engine:
         app = create_app(engine, settings, model_id, kind)
         # Behind a parent, the parent is the one client: its admission bounds what it sends, and a

@@ -1,8 +1,9 @@
-"""Speculative decoding as a client sees it: one host serves the tiny model thrice, verifying every
-row's drafts ("tiny", `speculate = "always"`: which steps verify does not depend on this machine's
-timing), verifying them where they pay ("priced", the default) and not drafting ("plain",
-`speculate = "off"`). Greedy answers, their logprobs, stop strings and max_tokens are the same;
-the drafts show in the usage and the worker's counters."""
+"""Speculative decoding as a client sees it: one host serves the tiny model four times, verifying
+every row's drafts ("tiny", `speculate = "always"`: which steps verify does not depend on this
+machine's timing), verifying them where they pay ("priced", the default), drafting with a draft
+model ("drafted", another tiny model) and not drafting ("plain", `speculate = "off"`). Greedy
+answers, their logprobs, stop strings and max_tokens are the same; the drafts show in the usage
+and the worker's counters; a draft model of another tokenizer is refused, saying so."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+from mlxhost.demo import make_model
 from mlxhost.testing import RunningHost, start_host
 
 # Things said twice: the answers re-quote them (and the tiny model repeats itself), so rows draft.
@@ -26,13 +28,17 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def host(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
-    config = tmp_path_factory.mktemp("speculation") / "models.toml"
+    folder = tmp_path_factory.mktemp("speculation")
+    other = make_model(folder / "other", size="tiny", seed=3)  # the same tokenizer, other weights
+    config = folder / "models.toml"
     config.write_text(
         f'[[model]]\nid = "tiny"\npath = "{tiny_model}"\npreload = true\nspeculate = "always"\n\n'
         f'[[model]]\nid = "priced"\npath = "{tiny_model}"\npreload = true\n\n'
+        f'[[model]]\nid = "drafted"\npath = "{tiny_model}"\npreload = true\nspeculate = "always"\n'
+        f'draft = "{other}"\ndraft_tokens = 3\n\n'
         f'[[model]]\nid = "plain"\npath = "{tiny_model}"\npreload = true\nspeculate = "off"\n'
     )
-    with start_host("--config", str(config), "--max-resident", "3", timeout=120) as running:
+    with start_host("--config", str(config), "--max-resident", "4", timeout=120) as running:
         yield running
 
 
@@ -56,12 +62,31 @@ def test_greedy_answers_and_logprobs_are_those_without_drafts(host: RunningHost)
             ours, theirs = drafted.choices[0].logprobs.content, plain.choices[0].logprobs.content
             assert [t.token for t in ours] == [t.token for t in theirs]
             assert [t.logprob for t in ours] == pytest.approx([t.logprob for t in theirs], abs=1e-3)
-            priced = _answer(client, "priced", prompt)
-            assert priced.choices[0].message.content == plain.choices[0].message.content
+            for model in ("priced", "drafted"):
+                other = _answer(client, model, prompt)
+                assert other.choices[0].message.content == plain.choices[0].message.content
     drafting, off = host.engine("tiny"), host.engine("plain")
     assert drafting["accepted_tokens"] > 0
     assert drafting["verified_tokens"] > drafting["verifications"]  # more than one token a pass
     assert off["drafted_tokens"] == 0
+    by_model = host.engine("drafted")
+    assert by_model["drafted_tokens"] > by_model["accepted_tokens"] > 0  # another model's guesses
+
+
+def test_a_draft_model_of_another_tokenizer_is_refused_saying_why(tiny_model: Path, tmp_path: Path) -> None:
+    other = make_model(tmp_path / "qwen", size="tiny", family="qwen3_coder")  # other special tokens
+    config = tmp_path / "models.toml"
+    config.write_text(f'[[model]]\nid = "tiny"\npath = "{tiny_model}"\ndraft = "{other}"\n')
+    with start_host("--config", str(config), timeout=120) as running, running.http() as http:
+        reply = http.post(
+            "/v1/chat/completions",
+            json={"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        )
+    assert reply.status_code == 503
+    error = reply.json()["error"]
+    assert error["code"] == "worker_cannot_start"
+    assert "has another tokenizer than the model" in error["message"]
+    assert str(other) in error["message"]
 
 
 def test_the_usage_tells_the_drafts_kept_and_refused(host: RunningHost) -> None:

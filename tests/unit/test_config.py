@@ -114,6 +114,8 @@ def test_a_model_table_has_its_own_speculation_or_the_host_s(tmp_path: Path) -> 
     )
     assert (off.speculate, off.draft_tokens) == ("off", 2)
     assert (plain.speculate, plain.draft_tokens) == (None, None)  # the host's
+    (drafted,) = models('[[model]]\nid = "a"\npath = "/a"\ndraft = "org/small"\n', tmp_path)
+    assert drafted.draft == "org/small" and plain.draft is None
 
 
 @pytest.mark.parametrize(
@@ -123,6 +125,12 @@ def test_a_model_table_has_its_own_speculation_or_the_host_s(tmp_path: Path) -> 
         ("speculate = 1", "model 'big': 'speculate' must be one of lookup, always, off, not 1"),
         ("draft_tokens = 0", "model 'big': 'draft_tokens' must be an integer >= 1 and <= 16, not 0"),
         ("draft_tokens = 6.5", "model 'big': 'draft_tokens' must be an integer >= 1 and <= 16, not 6.5"),
+        ('draft = ""', "model 'big': 'draft' must be a model directory or repo id"),
+        ("draft = 7", "model 'big': 'draft' must be a model directory or repo id"),
+        (
+            'draft = "/d"\nranks = 2\nbackend = "ring"',
+            "model 'big': 'draft' is not served by a group of ranks yet",
+        ),
         ("kv_bits = 3", r"model 'big': 'kv_bits' must be 0 \(off\), 4 or 8, not 3"),
         ('kv_bits = "8bit"', r"model 'big': 'kv_bits' must be 0 \(off\), 4 or 8, not '8bit'"),
         ("kv_group_size = 16", "model 'big': 'kv_group_size' must be 32, 64 or 128, not 16"),

@@ -231,3 +231,40 @@ def test_constrained_rows_verify_drafts_through_their_grammar(tiny_model: Path) 
     for tokens in drafted:
         text = tokenizer.decode([t for t in tokens if t not in eos])
         assert validator.is_valid(json.loads(text)), text
+
+
+@pytest.mark.parametrize("draft", ["itself", "another"])
+def test_a_draft_model_drafts_for_every_row_and_greedy_rows_write_what_they_would(
+    draft: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    from mlxhost.demo import make_model
+
+    model = _load(tiny_model)
+    drafter = model if draft == "itself" else _load(make_model(tmp_path / "other", size="tiny", seed=5))
+    prompts = [[(3 * i + j) % 700 + 3 for i in range(n)] for j, n in enumerate([5, 300, 90, 1, 40])]
+    plain = _run(_batch(model, 0), prompts, 40)
+    drafting = _batch(model, 4, draft_model=drafter, priced=False)
+    assert _run(drafting, prompts, 40) == plain
+    counters = drafting.counters
+    if draft == "itself":  # the target's own choices: every draft kept
+        assert counters.accepted == counters.drafted > 0
+    else:
+        assert counters.drafted > counters.accepted
+    assert counters.verifications > 0
+
+
+def test_a_draft_models_sampled_drafts_keep_the_targets_distribution() -> None:
+    """The rule with a draft model's own distribution q: the first token written has the target's
+    distribution at position 0, whatever q."""
+    mx.random.seed(4)
+    target = mx.array([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.25, 0.25]])
+    draft = mx.array([[0.1, 0.2, 0.3, 0.4]])
+    params = SamplingParams(temperature=1.0)
+    trials = 4000
+    first = [0] * 4
+    for _ in range(trials):
+        token = mx.random.categorical(mx.log(draft[0])).item()  # drawn from q, as the drafter does
+        passes, choices = sampled_choices(mx.log(target), [token], params, mx.log(draft))
+        first[token if passes.tolist()[0] else choices[0].item()] += 1
+    expected = target.tolist()[0]
+    assert sum((first[t] - trials * expected[t]) ** 2 / (trials * expected[t]) for t in range(4)) < 16.3

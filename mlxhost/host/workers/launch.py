@@ -16,7 +16,7 @@ import anyio.abc
 
 from mlxhost.config import Settings
 from mlxhost.model_spec import ModelSpec
-from mlxhost.models import model_kind
+from mlxhost.models import model_kind, resolve_model
 from mlxhost.runtime.children import python_module
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import PROTOCOL_VERSION, WORKER_OPTIONS, LaunchRecord, ReadyLine, WorkerOptions
@@ -52,6 +52,7 @@ def launch_record(spec: ModelSpec, model_path: Path, settings: Settings, socket:
         model_id=spec.id,
         options=options,
         adapter_path=spec.adapter,
+        draft_path=None if spec.draft is None else str(resolve_model(spec.draft)),
         sharding=None if spec.group is None else spec.group.sharding,
         tasks=list(model_kind(spec).tasks),
     )

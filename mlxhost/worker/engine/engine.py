@@ -35,6 +35,7 @@ from mlxhost.worker.engine.grammar_compiler import Grammars
 from mlxhost.worker.engine.group import LeadingGenerator, Link
 from mlxhost.worker.engine.loading import (
     KVLayout,
+    load_draft,
     load_model,
     logits_width,
     make_generator,
@@ -157,10 +158,11 @@ class Engine:
             pooler = DecoderPooler(model)  # NotPoolable ends the load, saying why
             self.hidden_size = int(model.args.hidden_size)
             self._batching.pooled.pooler = pooler
+        draft = load_draft(options, loaded)  # DraftMismatch ends the load, saying why
         tokenizer.warm()
         self.load_seconds = time.perf_counter() - began
         gc.freeze()  # the model's and tokenizer's objects, as the worker's imports (see its preload)
-        generator, self.kv_layout = make_generator(model, tokenizer.decoder.eos_token_ids, options)
+        generator, self.kv_layout = make_generator(model, tokenizer.decoder.eos_token_ids, options, draft)
         # A cache of this model's rows: its layer classes (and, after one token, shapes and dtypes).
         probe = generator.new_cache() if self.kv_layout.per_row else make_prompt_cache(model)
         if options.sharding is not None:

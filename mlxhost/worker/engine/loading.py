@@ -41,7 +41,9 @@ from mlxhost.worker.engine.rows.support import quantized_reason, unsupported_rea
 from mlxhost.worker.engine.tokenizer import Tokenizer
 
 __all__ = [
+    "DraftMismatch",
     "KVLayout",
+    "load_draft",
     "load_model",
     "load_shard",
     "logits_width",
@@ -62,6 +64,27 @@ def load_model(model_path: Path, options: EngineOptions) -> tuple[Any, Any, list
         return load_shard(model_path, options.sharding)
     model, loaded = mlx_lm.load(str(model_path), adapter_path=options.adapter_path)[:2]
     return model, loaded, []
+
+
+class DraftMismatch(Exception):
+    """A draft model whose tokenizer is not the model's: its tokens would mean other text."""
+
+
+def load_draft(options: EngineOptions, tokenizer: Any) -> Any:
+    """The draft model `options` names (None: none), once its tokenizer is found to be the
+    model's (`tokenizer`, mlx-lm's): the same vocabulary, token for token."""
+    if options.draft_path is None or options.speculate == "off":
+        return None
+    draft, theirs = mlx_lm.load(options.draft_path)[:2]
+    ours, other = tokenizer.get_vocab(), theirs.get_vocab()
+    if ours != other:
+        differ = len(set(ours.items()) ^ set(other.items()))
+        raise DraftMismatch(
+            f"the draft model {options.draft_path} has another tokenizer than the model "
+            f"({len(other)} tokens against {len(ours)}, {differ} differing): a draft model must "
+            "share the model's"
+        )
+    return draft
 
 
 def logits_width(model: Any, tokenizer: Tokenizer) -> int:
@@ -89,8 +112,11 @@ class KVLayout:
         }
 
 
-def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOptions) -> tuple[Any, KVLayout]:
+def make_generator(
+    model: Any, eos_token_ids: Sequence[int], options: EngineOptions, draft: Any = None
+) -> tuple[Any, KVLayout]:
     """The batch an engine steps, and its KV layout; every rank of a group builds the same one.
+    `draft`: a draft model whose drafts the per-row batch verifies (None: prompt lookup's).
 
     Per-row KV (rows/batch.py) where the model passes the probe (rows/support.py), else mlx-lm's
     BatchGenerator, said once in the log."""
@@ -122,9 +148,12 @@ def make_generator(model: Any, eos_token_ids: Sequence[int], options: EngineOpti
             kv_group_size=options.kv_group_size,
             draft_tokens=options.draft_tokens if options.speculate != "off" else 0,
             priced=options.speculate != "always",
+            draft_model=draft,
         )
         return batch, KVLayout(True, kv_bits=kv_bits, kv_bits_reason=why)
     why = None
+    if draft is not None:
+        logger.warning("the draft model is not used: the padded layout does not speculate")
     if options.kv_bits is not None:
         why = "the padded layout has no quantized KV"
         logger.warning("kv_bits = %d is not applied: %s", options.kv_bits, why)

@@ -53,3 +53,6 @@ class EngineOptions:
     # draft_tokens drafts per row and step; each row's own count adapts to what it accepts.
     speculate: str = "lookup"
     draft_tokens: int = 6
+    # A draft model (its directory) whose drafts take the place of prompt lookup's (rows/drafter.py):
+    # the model's own tokenizer, checked at load.
+    draft_path: str | None = None

@@ -44,6 +44,7 @@ from mlxhost.worker.cache.sharing import shared_copy
 from mlxhost.worker.engine.generation import SamplingParams
 from mlxhost.worker.engine.rows.attention import install
 from mlxhost.worker.engine.rows.budget import PrefillBudget
+from mlxhost.worker.engine.rows.drafter import DraftModel
 from mlxhost.worker.engine.rows.kv import GROWTH_EVERY, row_views, set_growth
 from mlxhost.worker.engine.rows.row import Generated, LogitsProcessor, PromptProgress, Row, Sampler
 from mlxhost.worker.engine.rows.speculation import Speculation, SpeculationCounters
@@ -79,6 +80,7 @@ class RowBatch:
         stream: Any = None,
         draft_tokens: int = 0,
         priced: bool = True,
+        draft_model: Any = None,
     ) -> None:
         if any(len(stop) != 1 for stop in stop_tokens):
             raise ValueError("RowBatch stops on single tokens; stop strings are the text stream's")
@@ -93,7 +95,10 @@ class RowBatch:
         self._timing: tuple[str, float, int] | None = None
         self._stop = frozenset(stop[0] for stop in stop_tokens)
         self.speculation = Speculation(
-            draft_tokens, self._stop, StepCost.pricing(priced, measured=self.budget.adaptive)
+            draft_tokens,
+            self._stop,
+            StepCost.pricing(priced, measured=self.budget.adaptive),
+            None if draft_model is None else DraftModel(draft_model, lambda: row_cache(draft_model)),
         )
         self._stream = stream or generation_stream
         self._uids = itertools.count()
@@ -126,7 +131,7 @@ class RowBatch:
     def prompt_cache_nbytes(self) -> int:
         """The bytes of KV every row holds: the sum of the rows' own caches."""
         rows = itertools.chain(self._waiting, self._prefilling, self._joining, self._decoding)
-        return sum(layer.nbytes for row in rows for layer in row.cache)
+        return sum(layer.nbytes for row in rows for layer in [*row.cache, *(row.draft_cache or [])])
 
     def insert(
         self,

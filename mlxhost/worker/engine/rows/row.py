@@ -74,6 +74,11 @@ class Row:
     sampling: SamplingParams | None = None  # None: greedy
     lookup: PromptLookup | None = None
     length: DraftLength | None = None
+    # A draft model's KV for this row (drafter.py): the row's first `draft_held` tokens, then
+    # `draft_tail` drafts of the last step, not yet settled.
+    draft_cache: list[Any] | None = None
+    draft_held: int = 0
+    draft_tail: int = 0
     drafted: int = 0
     accepted: int = 0
 

@@ -28,6 +28,7 @@ from mlx_lm.sample_utils import greedy_sampler
 
 from mlxhost.worker.engine.generation import SamplingParams
 from mlxhost.worker.engine.grammar_mask import GrammarProcessor
+from mlxhost.worker.engine.rows.drafter import DraftModel, ModelDrafts
 from mlxhost.worker.engine.rows.kv import GROWTH_EVERY, row_views, set_growth
 from mlxhost.worker.engine.rows.row import Generated, Row
 from mlxhost.worker.engine.speculate.acceptance import is_greedy, kept, sampled_choices
@@ -64,15 +65,19 @@ class _Plan:
     running: bool  # decoding already (False: joining, its first is a prompt token)
     drafts: list[int]
     wanted: int  # drafts its DraftLength asked for
+    spread: mx.array | None = None  # a draft model's log-probabilities each draft was drawn from
 
 
 class Speculation:
     """A row batch's speculation: which rows draft, when a step verifies, and what it keeps."""
 
-    def __init__(self, most: int, stop: frozenset[int], cost: StepCost | None = None) -> None:
+    def __init__(
+        self, most: int, stop: frozenset[int], cost: StepCost | None = None, drafter: DraftModel | None = None
+    ) -> None:
         self.most = most  # drafts a row may carry a step (0: none ever)
         self.counters = SpeculationCounters()
         self.cost = cost or StepCost()
+        self.drafter = drafter  # None: drafts by prompt lookup
         self.width = 1  # positions a row in the step being planned or run
         self._stop = stop
 
@@ -86,7 +91,8 @@ class Speculation:
             return
         if params is not None and params.seed is not None and params.temperature > 0:
             return
-        row.sampling, row.lookup, row.length = params, PromptLookup(), DraftLength(self.most)
+        row.sampling, row.length = params, DraftLength(self.most)
+        row.lookup = PromptLookup() if self.drafter is None else None
 
     def wanted(self, rows: Sequence[Row]) -> bool:
         """Whether the drafts `rows` want this step pay for a verification step, and every row's
@@ -95,7 +101,9 @@ class Speculation:
             return False
         expected = [row.length.expected for row in rows if row.length is not None and _may_draft(row)]
         self.width = self.cost.best_width(len(rows), self.most, expected) if expected else 1
-        if self.width > 1 and all(trimmable(row.cache, self.width) for row in rows):
+        if self.width > 1 and all(
+            trimmable(row.cache, self.width) and trimmable(row.draft_cache or [], self.width) for row in rows
+        ):
             return True
         for row in rows:
             if row.length is not None:
@@ -108,31 +116,50 @@ class Speculation:
         """One step verifying the rows' drafts, or None when no row found any (the batch then
         decodes as usual: nothing was changed). `firsts`: the step before's samples, read, of
         which `earlier` are the log-probabilities (each running row's at its place)."""
-        plans = [self._plan(row, firsts[row.at], True) for row in running]
-        plans += [self._plan(row, row.pending[-1], False) for row in joining]
+        steps = [(row, firsts[row.at], True) for row in running]
+        steps += [(row, row.pending[-1], False) for row in joining]
+        counts = [self._count_for(row, first, running) for row, first, running in steps]
+        by_model: dict[int, ModelDrafts] = {}
+        if self.drafter is not None:
+            wanted = [
+                (row, first, count) for (row, first, _), count in zip(steps, counts, strict=True) if count
+            ]
+            by_model = self.drafter.draft(wanted)
+        plans = [
+            self._plan(row, first, running, count, by_model.get(row.uid))
+            for (row, first, running), count in zip(steps, counts, strict=True)
+        ]
         if not any(plan.drafts for plan in plans):
             for plan in plans:
                 _adapt(plan, 0)
+                DraftModel.settle(plan.row, 0)
             return None
         return self._run(model, plans, earlier)
 
-    def _plan(self, row: Row, first: int, running: bool) -> _Plan:
+    def _count_for(self, row: Row, first: int, running: bool) -> int:
+        """How many drafts `row` may carry this step."""
+        if row.length is None or (running and first in self._stop):
+            return 0
+        wanted = min(row.length.wanted(), self.width - 1)
+        return max(0, min(wanted, row.max_tokens - row.generated - (1 if running else 0)))
+
+    def _plan(self, row: Row, first: int, running: bool, count: int, proposed: ModelDrafts | None) -> _Plan:
         wanted = min(row.length.wanted(), self.width - 1) if row.length is not None else 0
-        count = min(wanted, row.max_tokens - row.generated - (1 if running else 0))
-        if running and first in self._stop:
-            count = 0
         drafts: list[int] = []
-        if count > 0 and row.lookup is not None:
+        if proposed is not None:
+            drafts = proposed.tokens
+        elif count > 0 and row.lookup is not None:
             row.lookup.catch_up(row.tokens)
             drafts = row.lookup.draft_after(first, count)
-            for place, token in enumerate(drafts):  # the model's own choice writes an ending
-                if token in self._stop:
-                    drafts = drafts[:place]
-                    break
-            grammar = _grammar(row)
-            if grammar is not None and drafts:
-                drafts = drafts[: grammar.valid_drafts(first if running else None, drafts)]
-        return _Plan(row, first, running, drafts, wanted)
+        for place, token in enumerate(drafts):  # the model's own choice writes an ending
+            if token in self._stop:
+                drafts = drafts[:place]
+                break
+        grammar = _grammar(row)
+        if grammar is not None and drafts:
+            drafts = drafts[: grammar.valid_drafts(first if running else None, drafts)]
+        spread = proposed.logprobs if proposed is not None else None
+        return _Plan(row, first, running, drafts, wanted, spread)
 
     def _run(self, model: Any, plans: list[_Plan], earlier: mx.array) -> Verified:
         width = self.width = 1 + max(len(plan.drafts) for plan in plans)  # as run: timed at that width
@@ -154,7 +181,8 @@ class Speculation:
                 verdicts.append(None)
             else:
                 assert row.sampling is not None
-                verdicts.append(sampled_choices(logprobs[e, : count + 1], plan.drafts, row.sampling))
+                spread = None if plan.spread is None else plan.spread[:count]
+                verdicts.append(sampled_choices(logprobs[e, : count + 1], plan.drafts, row.sampling, spread))
         sampled = mx.concatenate(plain) if plain else mx.array([])
         mx.eval(greedy, sampled, [verdict for verdict in verdicts if isinstance(verdict, tuple)])
         chosen, samples = greedy.tolist(), sampled.tolist()
@@ -173,6 +201,7 @@ class Speculation:
                 accepted = kept(passes.tolist())
                 token = choices[accepted].item()
             self._count(plan, accepted)
+            DraftModel.settle(plan.row, accepted)
             held, ended = self._write(plan, accepted, earlier, logprobs[e], out)
             for layer in plan.row.cache:  # positions 0 (its first) to `held` (its last kept draft)
                 layer.trim(width - 1 - held)
@@ -247,12 +276,13 @@ def trimmable(cache: list[Any], positions: int) -> bool:
 
 
 def _may_draft(row: Row) -> bool:
-    """Whether `row` wants drafts and may find some: its end as known before this step (the
-    token the step before sampled is not read yet) was written earlier in its context. A row
-    with nothing to copy costs no verification step, nor the wait for the step before."""
-    if row.length is None or row.lookup is None or not row.length.wanted():
+    """Whether `row` wants drafts and may find some: a draft model always proposes; a lookup,
+    where its end as known before this step (the token the step before sampled is not read
+    yet) was written earlier in its context. A row with nothing to copy costs no verification
+    step, nor the wait for the step before."""
+    if row.length is None or not row.length.wanted():
         return False
-    if row.pending:  # joining: its prompt is all known, and drafting is tried once
+    if row.lookup is None or row.pending:  # a draft model's, or joining (tried once)
         return True
     row.lookup.catch_up(row.tokens)
     return bool(row.lookup.draft(1))

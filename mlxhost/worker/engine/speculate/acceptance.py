@@ -8,12 +8,13 @@ kept drafts and one token of the model's own.
 
 - A greedy row keeps a draft equal to the argmax: its output is token for token the output
   without speculation.
-- A sampled row keeps draft `d` at a position whose distribution is `p` with probability `p(d)`
-  (the speculative-sampling rule of Leviathan et al. and Chen et al., 2023, with the draft's own
-  distribution all on `d`, as a lookup's is); at the first refusal it samples from `p` without
-  `d`, renormalized. Each token so written has exactly the distribution `p`, the one the row's
-  sampler draws from (temperature, top-p, min-p, top-k applied alike), so the output's
-  distribution is the model's own.
+- A sampled row keeps draft `d`, drawn from a distribution `q`, at a position whose distribution
+  is `p` with probability `min(1, p(d) / q(d))`, and at the first refusal samples from
+  `max(p - q, 0)`, renormalized (the speculative-sampling rule of Leviathan et al. and Chen et
+  al., 2023). A lookup's draft has all of `q` on `d`: it is kept with probability `p(d)`, and a
+  refusal samples from `p` without `d`. Each token so written has exactly the distribution `p`,
+  the one the row's sampler draws from (temperature, top-p, min-p, top-k applied alike), so the
+  output's distribution is the model's own.
 
 Everything is built as MLX operations for all positions at once, read back with one `tolist`.
 """
@@ -46,24 +47,33 @@ def target_logprobs(logprobs: mx.array, params: SamplingParams) -> mx.array:
 
 
 def sampled_choices(
-    logprobs: mx.array, drafts: list[int], params: SamplingParams
+    logprobs: mx.array, drafts: list[int], params: SamplingParams, spread: mx.array | None = None
 ) -> tuple[mx.array, mx.array]:
     """For a sampled row's positions 0..k (`logprobs`, k + 1 rows) and its k `drafts`: whether
     each draft passes its own test, and the token each position writes if it is the first to
-    refuse (position k: a plain sample, written when every draft is kept)."""
+    refuse (position k: a plain sample, written when every draft is kept). `spread`: the draft
+    model's log-probabilities each draft was drawn from (k rows); None: a lookup's, all on the
+    draft."""
     k = len(drafts)
     target = target_logprobs(logprobs, params)
+    if not k:
+        return mx.array([], dtype=mx.bool_), mx.random.categorical(target)
     ids = mx.array(drafts, dtype=mx.int32)
-    chance = mx.exp(target[mx.arange(k), ids]) if k else mx.array([])
-    passes = mx.random.uniform(shape=(k,)) < chance
-    # Without the draft: its position's distribution, the draft's probability taken out.
-    without = target
-    if k:
+    rows = mx.arange(k)
+    if spread is None:
+        chance = mx.exp(target[rows, ids])
+        # Without the draft: its position's distribution, the draft's probability taken out.
         refused = mx.zeros(target.shape, dtype=mx.bool_)
-        refused[mx.arange(k), ids] = True
+        refused[rows, ids] = True
         without = mx.where(refused, -mx.inf, target)
-    choices = mx.random.categorical(without)
-    return passes, choices
+    else:
+        spread = _fit(spread, target.shape[-1])
+        chance = mx.minimum(1.0, mx.exp(target[rows, ids] - spread[rows, ids]))
+        # What the target gives beyond the draft model, renormalized by the draw.
+        excess = mx.maximum(mx.exp(target[:k]) - mx.exp(spread), 0.0)
+        without = mx.concatenate([mx.log(excess), target[k:]])
+    passes = mx.random.uniform(shape=(k,)) < chance
+    return passes, mx.random.categorical(without)
 
 
 def kept(passes: list[bool]) -> int:
@@ -72,3 +82,12 @@ def kept(passes: list[bool]) -> int:
         if not passed:
             return count
     return len(passes)
+
+
+def _fit(logprobs: mx.array, width: int) -> mx.array:
+    """A draft model's log-probabilities over the target's `width` (their logits may be padded
+    differently past the shared vocabulary): cut, or padded with tokens it never draws."""
+    held = logprobs.shape[-1]
+    if held >= width:
+        return logprobs[..., :width]
+    return mx.pad(logprobs, [(0, 0), (0, width - held)], constant_values=-mx.inf)
