@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from mlxhost.demo import make_model
-from mlxhost.testing import RunningHost, start_host
+from mlxhost.testing import RunningHost, start_host, wait_until
 
 # Things said twice: the answers re-quote them (and the tiny model repeats itself), so rows draft.
 PROMPTS = [
@@ -133,3 +133,29 @@ def test_streams_side_by_side_are_what_they_are_alone(host: RunningHost) -> None
             return await asyncio.gather(*(one(client, model, p) for p in PROMPTS * 2))
 
     assert asyncio.run(main("tiny")) == asyncio.run(main("plain"))
+
+
+def test_a_client_that_leaves_stops_its_drafting_row_within_a_step(host: RunningHost) -> None:
+    def engine_once(predicate: Any) -> dict[str, Any]:
+        def counters() -> dict[str, Any] | None:
+            engine = host.engine("tiny")
+            return engine if predicate(engine) else None
+
+        return wait_until(counters, timeout=30)
+
+    before = engine_once(lambda c: c["active"] == 0)
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": PROMPTS[0]}],
+        "max_tokens": 4000,
+        "temperature": 0,
+        "stream": True,
+    }
+    with host.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        received = [line for line, _ in zip(response.iter_lines(), range(100), strict=False)]
+        assert any(line.startswith("data: ") for line in received)
+    after = engine_once(lambda c: c["cancelled"] == before["cancelled"] + 1 and c["active"] == 0)
+    assert after["accepted_tokens"] > before["accepted_tokens"]  # it was drafting
+    assert after["last_cancel_lag_steps"] <= 1
+    assert after["generated_tokens"] - before["generated_tokens"] < 4000
+    assert host.engine("tiny")["generated_tokens"] == after["generated_tokens"]
