@@ -89,15 +89,37 @@ def test_a_draft_model_of_another_tokenizer_is_refused_saying_why(tiny_model: Pa
     assert str(other) in error["message"]
 
 
-def test_the_usage_tells_the_drafts_kept_and_refused(host: RunningHost) -> None:
+def test_the_usage_the_session_and_the_metrics_tell_the_drafts(host: RunningHost) -> None:
     with host.client() as client:
-        reply = _answer(client, "tiny", PROMPTS[0], max_tokens=120)
+        raw = client.chat.completions.with_raw_response.create(
+            model="tiny",
+            messages=[{"role": "user", "content": PROMPTS[0]}],
+            max_tokens=120,
+            temperature=0,
+        )
+        reply = raw.parse()
         plain = _answer(client, "plain", PROMPTS[0], max_tokens=120)
     details = reply.usage.completion_tokens_details
-    assert details.accepted_prediction_tokens > 0
-    assert details.accepted_prediction_tokens < reply.usage.completion_tokens
+    accepted, refused = details.accepted_prediction_tokens, details.rejected_prediction_tokens
+    assert 0 < accepted < reply.usage.completion_tokens
     assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
     assert plain.usage.completion_tokens_details.rejected_prediction_tokens == 0
+    # The operator sees the same counts on the session, and the worker's totals on /metrics.
+    session = raw.headers["x-mlxhost-session"]
+    with host.http() as http:
+        record = http.get("/admin/sessions").json()
+        outcome = next(s for s in record["recent"] if s["id"] == session)["outcome"]
+        assert (outcome["drafted_tokens"], outcome["accepted_tokens"]) == (accepted + refused, accepted)
+        engine = host.engine("tiny")
+
+        def metrics() -> str | None:
+            text = http.get("/metrics").text
+            line = f'mlxhost_accepted_draft_tokens_total{{model="tiny"}} {float(engine["accepted_tokens"])}'
+            return text if line in text else None
+
+        text = wait_until(metrics, timeout=10)
+    assert 'mlxhost_draft_acceptance_ratio{model="tiny"}' in text
+    assert 'mlxhost_tokens_per_verification{model="tiny"}' in text
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 33])

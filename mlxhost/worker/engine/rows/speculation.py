@@ -91,6 +91,8 @@ class Speculation:
             return
         if params is not None and params.seed is not None and params.temperature > 0:
             return
+        if params is None and row.sampler is not greedy_sampler:  # a sampler whose rule is unknown
+            return
         row.sampling, row.length = params, DraftLength(self.most)
         row.lookup = PromptLookup() if self.drafter is None else None
 
