@@ -3,7 +3,8 @@ choose the prompt, run every measurement (`bench.run`) with the servers stopped 
 then, each on servers of its own, the managed jobs (`bench.jobs`), the closed-loop load
 (`bench.closed_loop`) and the agent scenario (`bench.agent`), and the hub alone; and report: the
 text on stdout (progress on stderr), the chart, the JSON. With --jobs-only, --agent-only,
---closed-loop-only, --recovery-only, --group-only or --constrained-only, that part alone."""
+--closed-loop-only, --recovery-only, --group-only or --constrained-only, that part alone. With
+--speculation, the speculation bench and its own options (`bench.speculation`)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,12 @@ from bench.throughput import summarize, table_rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    plan = parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if "--speculation" in arguments:  # a mode with options of its own; imported here, as it alone needs it
+        from bench.speculation import main as speculation
+
+        return speculation(arguments)
+    plan = parse_args(arguments)
     machine, version = machine_info(), versions()
     progress(f"loading {plan.model_path}")
     raw = RawMLX(plan.model_path)
