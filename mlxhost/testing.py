@@ -33,7 +33,7 @@ from mlxhost.wire.layout import HOST_READY, READY_FILE_ENV, HostReady
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["ADMIN_TOKEN", "RunningHost", "start_host", "wait_until"]
+__all__ = ["ADMIN_TOKEN", "RunningHost", "outcome_without_drafts", "start_host", "wait_until"]
 
 # The admin token a host gets unless its arguments name one.
 ADMIN_TOKEN = "test-admin-token"
@@ -41,6 +41,16 @@ READY_POLL_S = 0.02
 LOG_CATCH_UP_S = 5.0  # at most this long for the reader to pass the ready line (it is written first)
 
 T = TypeVar("T")
+
+
+def outcome_without_drafts(outcome: dict[str, Any]) -> dict[str, Any]:
+    """A session's outcome (as /admin/sessions gives it) without speculative decoding's counts,
+    which are there when the session drafted: whether it did depends on the machine's timing
+    (the worker drafts where that pays), so a test compares the rest. The counts must agree."""
+    rest = dict(outcome)
+    drafted, accepted = rest.pop("drafted_tokens", 0), rest.pop("accepted_tokens", 0)
+    assert 0 <= accepted <= drafted, outcome
+    return rest
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
