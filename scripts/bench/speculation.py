@@ -31,6 +31,7 @@ import argparse
 import json
 import random
 import shlex
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,10 +221,14 @@ def measure(
     """Every round of the workload on its two hosts (started now, stopped however it ends) and in
     this process: the runs, and the raw arm's answers."""
     started: dict[str, hosts.Host] = {}
+    states = tempfile.TemporaryDirectory(prefix="mlxhost-bench-speculation-")
     try:
         for arm in HOST_ARMS:
             progress(f"  starting the {arm} host ({' '.join(host_options[arm])})")
-            started[arm] = hosts.start(arm, model, max(MAX_BATCH, *options.concurrency), host_options[arm])
+            # A state directory each: one host must not find the other's prompt caches on disk.
+            state = [f"--state-dir={Path(states.name) / arm}"]
+            max_batch = max(MAX_BATCH, *options.concurrency)
+            started[arm] = hosts.start(arm, model, max_batch, [*host_options[arm], *state])
         return anyio.run(_rounds, workload, started, raw, requests, options)
     except BaseException:
         for host in started.values():
@@ -232,6 +237,7 @@ def measure(
     finally:
         for host in started.values():
             host.stop()
+        states.cleanup()
 
 
 async def _rounds(
