@@ -73,28 +73,35 @@ def test_a_row_whose_drafts_fail_rests_longer_each_time_then_is_hopeful_again() 
 
 def test_a_verification_step_is_taken_where_its_tokens_beat_its_price() -> None:
     cost = StepCost()
-    cost.decoded(0.010)
-    # Cheap positions (a GPU, one row): every draft is worth it.
-    for _ in range(20):
-        cost.verified(0.012, 7)
-    assert cost.slope < 0.1
+    cost.decoded(0.010, 1)
+    cost.decoded(0.010, 8)
+    # Cheap positions (one row): every draft is worth it.
+    for _ in range(30):
+        cost.verified(0.012, 7, 1)
+    assert cost.slope_for(1) < 0.1
     assert cost.best_width(1, 6, [lambda k: 0.9 * k]) == 7
-    assert cost.best_width(8, 6, []) == 1
-    # Positions at their share (a CPU, a large batch): only a batch that keeps most of many
-    # drafts verifies, and a batch that keeps few decodes.
-    for _ in range(40):
-        cost.verified(0.070, 7)
-    assert cost.slope == pytest.approx(1.0, abs=0.01)
+    assert cost.best_width(1, 6, []) == 1
+    # Positions at their share (eight rows on a CPU), priced apart: only a batch that keeps most of
+    # many drafts verifies, and a batch that keeps few decodes.
+    for _ in range(60):
+        cost.verified(0.070, 7, 8)
+    assert cost.slope_for(8) == pytest.approx(1.0, abs=0.01)
+    assert cost.slope_for(7) == cost.slope_for(8) and cost.slope_for(1) < 0.1
     assert cost.best_width(8, 6, [lambda k: 0.5 * k] * 8) == 1
-    assert cost.best_width(1, 6, [lambda k: float(k)]) == 7
+    assert cost.best_width(8, 6, [lambda k: 0.95 * k] * 8) == 1  # nearly every draft kept: not enough
+    # Unverified a long while, a batch size's price drifts back to hopeful: it is measured again.
+    for _ in range(3000):
+        cost.decoded(0.010, 8)
+    assert cost.slope_for(8) < 0.2
+    assert cost.best_width(8, 6, [lambda k: 0.9 * k] * 8) > 1
 
 
 def test_a_group_prices_verification_alike_on_every_rank_and_always_verifies_every_draft() -> None:
     group = StepCost.pricing(priced=True, measured=False)
     always = StepCost.pricing(priced=False, measured=True)
     for cost in (group, always):
-        cost.decoded(0.01)
-        cost.verified(1.0, 7)
-    assert group.slope == FIXED_SLOPE
-    assert always.slope == 0
+        cost.decoded(0.01, 8)
+        cost.verified(1.0, 7, 8)
+    assert group.slope_for(8) == FIXED_SLOPE
+    assert always.slope_for(8) == 0
     assert always.best_width(8, 6, [lambda k: 0.01 * k]) == 7

@@ -92,7 +92,7 @@ class RowBatch:
         self.kv_group_size = kv_group_size
         self.draft_tokens = draft_tokens  # most drafts a row verifies per step (0: no speculation)
         # The last step's kind, when it began, and its width: timed when the next one begins.
-        self._timing: tuple[str, float, int] | None = None
+        self._timing: tuple[str, float, int, int] | None = None  # and its rows
         self._stop = frozenset(stop[0] for stop in stop_tokens)
         self.speculation = Speculation(
             draft_tokens,
@@ -236,33 +236,35 @@ class RowBatch:
 
     def _step(self) -> list[Generated]:
         speculation = self.speculation
-        began = time.perf_counter()
-        self._timed(began)
-        if speculation.wanted(self._decoding + self._joining):
+        now = time.perf_counter()
+        rows = len(self._decoding) + len(self._joining)
+        verifying = speculation.wanted(self._decoding + self._joining)
+        self._timed(now, verifying)
+        if verifying:
             firsts = self._sampled.tolist() if self._decoding else []
-            ended = time.perf_counter()  # the step before has ended: what follows is this one's
             verified = speculation.verify(self.model, self._decoding, self._joining, firsts, self._logprobs)
             if verified is not None:
-                self._timing = ("verify", ended, speculation.width)
+                self._timing = ("verify", now, speculation.width, rows)
                 self._decoding, self._joining = verified.rows, []
                 self._sampled, self._logprobs = verified.sampled, verified.logprobs
                 return verified.generated
-            began = None  # it waited for the step before: its period is not a decode step's
-        joining = bool(self._joining)
+            return self._decode()  # no row found any: a decode step, not timed (it waited)
+        timed = not self._joining
         generated = self._decode()
-        self._timing = None if began is None or joining else ("decode", began, 1)
+        self._timing = ("decode", now, 1, rows) if timed else None
         return generated
 
-    def _timed(self, now: float) -> None:
-        """Tell speculate/cost.py the last step's period: from its start (a verification step's:
-        once the step before it ended) to this one's, the generation loop's work between included,
-        which every step pays alike."""
+    def _timed(self, now: float, verifying: bool) -> None:
+        """Tell speculate/cost.py the last step's period, from its start to this one's: the wait
+        for its computation, and the generation loop's work between, included. A decode step runs
+        ahead, so its computation is waited for by the step after it: its period is taken only
+        when the step after is a decode step too, and a verification step's includes that wait."""
         if self._timing is not None:
-            kind, began, width = self._timing
-            if kind == "decode":
-                self.speculation.cost.decoded(now - began)
-            else:
-                self.speculation.cost.verified(now - began, width)
+            kind, began, width, rows = self._timing
+            if kind == "verify":
+                self.speculation.cost.verified(now - began, width, rows)
+            elif not verifying:
+                self.speculation.cost.decoded(now - began, rows)
         self._timing = None
 
     def _decode(self) -> list[Generated]:

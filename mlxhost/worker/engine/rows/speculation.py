@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -101,7 +102,10 @@ class Speculation:
         KV can be trimmed after; a step without drafts is a step of every row's rest."""
         if self.most <= 0:
             return False
-        expected = [row.length.expected for row in rows if row.length is not None and _may_draft(row)]
+        expected = []
+        for row in rows:
+            if row.length is not None and (available := _available(row)):
+                expected.append(partial(_expected, row.length, available))
         self.width = self.cost.best_width(len(rows), self.most, expected) if expected else 1
         if self.width > 1 and all(
             trimmable(row.cache, self.width) and trimmable(row.draft_cache or [], self.width) for row in rows
@@ -277,17 +281,20 @@ def trimmable(cache: list[Any], positions: int) -> bool:
     return True
 
 
-def _may_draft(row: Row) -> bool:
-    """Whether `row` wants drafts and may find some: a draft model always proposes; a lookup,
-    where its end as known before this step (the token the step before sampled is not read
-    yet) was written earlier in its context. A row with nothing to copy costs no verification
-    step, nor the wait for the step before."""
-    if row.length is None or not row.length.wanted():
-        return False
-    if row.lookup is None or row.pending:  # a draft model's, or joining (tried once)
-        return True
+def _available(row: Row) -> int:
+    """How many drafts `row` wants and may find: a draft model proposes all it wants; a lookup,
+    as many as follow the earlier match of its end as known before this step (the token the
+    step before sampled is not read yet). A row with nothing to copy costs no verification step,
+    nor the wait for the step before."""
+    wanted = row.length.wanted() if row.length is not None else 0
+    if not wanted or row.lookup is None or row.pending:  # a draft model's, or joining (tried once)
+        return wanted
     row.lookup.catch_up(row.tokens)
-    return bool(row.lookup.draft(1))
+    return len(row.lookup.draft(wanted))
+
+
+def _expected(length: DraftLength, available: int, most: int) -> float:
+    return length.expected(min(available, most))
 
 
 def _grammar(row: Row) -> GrammarProcessor | None:
