@@ -13,7 +13,7 @@ workload), greedy, streamed:
           is `bench.speculation_copier`'s, whose weights are set, not trained; `--copy-model lora`
           is a demo model fine-tuned on edit examples by the host's own `finetune` and `fuse` jobs
           (`bench.speculation_model`), which on this project's 2-core CPU does not learn to copy
-          in any affordable time (see the README): it measures the path, not speculation.
+          in any affordable time (the spike is told there): it measures the path, not speculation.
   random  a question of random words, nothing in it to copy, on the copy model's base (the agent
           demo model, random weights): a copy model would copy even a random prompt.
 
@@ -31,6 +31,7 @@ import argparse
 import json
 import random
 import shlex
+import signal
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from bench.speculation_figures import (
     Run,
     Settings,
     SpeculationDocument,
+    StepPrice,
     copied_share,
     print_speculation,
     targets_of,
@@ -70,9 +72,10 @@ SEEDS = {"edit": 2900, "random": 2901}
 # The edit answers' max_tokens: the expected answer's tokens and this share more (a model that
 # strays may write longer), so that every arm writes the whole file back.
 ANSWER_SLACK = 1.1
-# --copy-model lora: the fine-tune's setup (the spike's; README). --smoke trains a few iterations.
+# --copy-model lora: the fine-tune's setup, the spike's first (`bench.speculation_model`); --smoke
+# trains a few iterations, for the path alone.
 LORA = CopyTraining(
-    base=BASE, file_lines=8, train_examples=256, valid_examples=4, iters=200, batch_size=4, rank=16,
+    base=BASE, file_lines=10, train_examples=256, valid_examples=4, iters=100, batch_size=4, rank=8,
     learning_rate=1e-3, max_seq_length=1024,
 )  # fmt: skip
 LORA_SMOKE = CopyTraining(
@@ -152,6 +155,19 @@ def requests_of(workload: str, options: Options, raw: RawCopy) -> dict[Key, Requ
 
 
 def main(argv: Sequence[str]) -> int:
+    # The hosts stop when their block ends, however it ends; so also on SIGTERM.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _main(argv: Sequence[str]) -> int:
     options = parse(argv)
     command = shlex.join(["python", "scripts/bench", *argv])
     machine, version = machine_info(), versions()
@@ -174,6 +190,9 @@ def main(argv: Sequence[str]) -> int:
     edits = requests_of("edit", options, raw)
     runs, answers = measure("edit", model_path, raw, edits, options, host_options)
     copy = copy_figures(raw, edits, answers)
+    first = raw.encode(edits[(0, options.concurrency[0], 0)].messages)
+    width = options.draft_tokens + 1
+    price = StepPrice(len(first), width, raw.step_seconds(first, 1), raw.step_seconds(first, width))
 
     progress(f"random workload: {RANDOM_WORDS}-word questions, on {base}")
     raw = RawCopy(base)
@@ -192,14 +211,17 @@ def main(argv: Sequence[str]) -> int:
         ),
     }  # fmt: skip
     settings = Settings(
-        model=str(model_path), parameters=parameters, file_lines=options.lines, edits_per_file=EDITS,
+        copy_model=options.copy_model, model=str(model_path), parameters=parameters,
+        file_lines=options.lines, edits_per_file=EDITS,
         random_prompt_words=RANDOM_WORDS, concurrency=options.concurrency, repeats=options.repeats,
         draft_tokens=options.draft_tokens, raw_draft_model="the served model itself",
         host_flags=sorted(flags), host_options=host_options, speculation_available="--speculate" in flags,
         smoke=options.smoke,
     )  # fmt: skip
     targets = targets_of(workloads)
-    document = SpeculationDocument(command, machine, version, settings, made, copy, workloads, targets, runs)
+    document = SpeculationDocument(
+        command, machine, version, settings, made, copy, price, workloads, targets, runs
+    )
     print_speculation(document)
     default = None if options.smoke else REPO_ROOT / "docs" / f"bench-speculation-{name}.json"
     path = options.json_path or default

@@ -122,6 +122,29 @@ class CopyFigures(Record):
 
 
 @dataclass(frozen=True)
+class StepPrice(Record):
+    """What a verification step costs in this process, on the edit workload's first prompt: one
+    forward step of `width` tokens (a token and width - 1 drafts) against one of a single token.
+    Speculation at one stream can at best turn `width` tokens per wide step into a speed-up of
+    `ceiling` (every draft kept, nothing else paid)."""
+
+    context_tokens: int
+    width: int
+    one_token_s: float
+    wide_s: float
+
+    DERIVED = ("wide_vs_one", "ceiling")
+
+    @property
+    def wide_vs_one(self) -> float:
+        return ratio(self.wide_s, self.one_token_s)
+
+    @property
+    def ceiling(self) -> float:
+        return ratio(self.width, self.wide_vs_one)
+
+
+@dataclass(frozen=True)
 class Targets(Record):
     edit_c1_min: float
     edit_c1: float | None
@@ -136,6 +159,7 @@ class Targets(Record):
 
 @dataclass(frozen=True)
 class Settings(Record):
+    copy_model: str  # "built" (bench.speculation_copier) or "lora" (bench.speculation_model)
     model: str
     parameters: int
     file_lines: int
@@ -157,8 +181,9 @@ class SpeculationDocument(Record):
     machine: Machine
     versions: Versions
     settings: Settings
-    copy_model: CopyModel | None  # None with --model
+    copy_model: CopyModel | None  # the fine-tuned one (--copy-model lora); None: the built copier
     copy: CopyFigures
+    step_price: StepPrice
     workloads: dict[str, Workload]
     targets: Targets
     runs: list[Run] = field(metadata=run_list("tok_s", "decode_tok_s"))
@@ -277,6 +302,12 @@ def print_speculation(document: SpeculationDocument) -> None:
         f"{number(copy.greedy_copied_share, 3)} of the expected tokens (median; answers "
         f"{number(copy.answer_tokens, 0)} tokens, expected {number(copy.expected_answer_tokens, 0)}); "
         f"teacher-forced {number(copy.teacher_forced_share, 3)}"
+    )
+    price = document.step_price
+    print(
+        f"a step of {price.width} tokens after {price.context_tokens} costs {number(price.wide_vs_one, 2)} "
+        f"steps of one ({price.wide_s * 1e3:.1f} ms against {price.one_token_s * 1e3:.1f}): speculation's "
+        f"ceiling at one stream, every draft kept, is {number(price.ceiling, 2)}x"
     )
     for workload in document.workloads.values():
         print()

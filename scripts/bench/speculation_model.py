@@ -9,6 +9,27 @@ The fused model's directory is copied into `<work>/copy-<size>-<key>/model`, bes
 it was made (`made.json`); `key` digests the base model's config and every training setting, so a
 change of either trains anew. A fused model is a plain mlx-lm model directory: the host serves it
 and mlx-lm loads it alike, with no adapter layers in the way of either.
+
+It does not learn to copy here. The spike (2 x86 cores, MLX on the CPU, mlx-lm 0.32.2, training as
+the job trains: LoRA on every linear of every layer, scale 20, the loss on the whole example, as
+the job has no mask_prompt; copy accuracy on held-out 10-line edits):
+
+  model (data)                    rank, lr, batch, iters  time, tok/s   loss         forced / greedy
+  agent (64 wide, 32,768 tokens)  8, 1e-3, 4, 100        406 s, 176    10.27-10.07  0.11 / 0.05
+  tiny (64 wide, 1,024 tokens)    8, 1e-3, 4, 200        313 s, 1,300  6.74-6.70    0.16 / 0.12
+  tiny                            64, 3e-3, 4, 300       579 s, 1,100  6.73-6.72    0.18 / 0.09
+  tiny (16 words, repeated)       64, 2e-3, 16, 250      375 s, 1,400  6.74-6.73    stopped: flat
+  bench (512 wide, 8 layers)      16, 1e-3, 4, 5         100 s, 21     25k tokens in 20 min
+
+("forced": the answer tokens the model predicts from the true prefix; "greedy": the share of the
+expected answer its greedy answer reproduces.)
+
+The 64-wide demo models cannot get there through LoRA: their head (std 0.02) and final norm
+(weight 1) are frozen, so no token's logit can rise more than |w| x sqrt(64) = 1.28 above zero (the
+best possible loss is 5.68 of ln 1,024 = 6.93 for tiny, 9.15 of 10.40 for agent), and a copy circuit
+would have to form through frozen random weights on that flat surface; none did. The bench model
+has room (a best-case loss of 0.29) but trains at about 21 tokens a second on this CPU. Hence the
+bench's default copy model, `bench.speculation_copier`, whose weights are set.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ host answered with what mlx-lm answers, and measure how much of each answer was 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx_lm
 from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
 # Answers' hidden states are turned into logits this many positions at a time (the agent demo's
@@ -88,6 +90,20 @@ class RawCopy:
             drafted += bool(response.from_draft)
         text = "".join(segments)
         return Answer(len(tokens), text, first - start, last - start, drafted=drafted, tokens=tokens)
+
+    def step_seconds(self, prompt: list[int], width: int, steps: int = 8) -> float:
+        """Seconds of one forward step of `width` tokens after the prompt (its KV cached), the
+        median of `steps`: what verifying width - 1 drafts costs against decoding one token."""
+        cache = make_prompt_cache(self.model)
+        mx.eval(self.model(mx.array(prompt)[None], cache=cache))
+        tokens = mx.array(prompt[-width:])[None]
+        times = []
+        for _ in range(steps + 1):  # the first compiles
+            began = time.perf_counter()
+            mx.eval(self.model(tokens, cache=cache))
+            times.append(time.perf_counter() - began)
+            trim_prompt_cache(cache, width)
+        return statistics.median(times[1:])
 
     def teacher_forced(self, prompt: list[int], answer: list[int]) -> float:
         """The share of the answer's tokens the model predicts (argmax) from the exact prefix

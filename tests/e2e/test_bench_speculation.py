@@ -24,7 +24,7 @@ def test_the_speculation_bench_reports_both_workloads_and_drafting_changes_no_an
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(report.read_text())
     assert data["command"] == "python scripts/bench " + " ".join(command[2:])
-    assert data["settings"]["speculation_available"]
+    assert data["settings"]["speculation_available"] and data["settings"]["copy_model"] == "built"
     assert data["settings"]["host_options"]["off"][-1] == "--speculate=off"
     for name in ("edit", "random"):
         cells = data["workloads"][name]["cells"]
@@ -39,6 +39,9 @@ def test_the_speculation_bench_reports_both_workloads_and_drafting_changes_no_an
     # The built copy model re-emits the file; on one stream the host drafted from the prompt and
     # kept drafts, which the usage reported.
     assert data["copy"]["greedy_copied_share"] > 0.5
+    # What a wider step costs here, which bounds what speculation can gain at one stream.
+    price = data["step_price"]
+    assert price["width"] == 7 and price["one_token_s"] > 0 and price["ceiling"] > 0
     assert data["workloads"]["edit"]["cells"]["c1"]["drafts_kept_per_token"] > 0
     assert data["targets"]["edit_c1_min"] == 1.8 and data["targets"]["random_min"] == 0.95
     runs = data["runs"]
