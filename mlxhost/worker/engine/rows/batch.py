@@ -45,7 +45,7 @@ from mlxhost.worker.engine.generation import SamplingParams
 from mlxhost.worker.engine.rows.attention import install
 from mlxhost.worker.engine.rows.budget import PrefillBudget
 from mlxhost.worker.engine.rows.drafter import DraftModel
-from mlxhost.worker.engine.rows.kv import GROWTH_EVERY, row_views, set_growth
+from mlxhost.worker.engine.rows.kv import row_views, set_growth
 from mlxhost.worker.engine.rows.row import Generated, LogitsProcessor, PromptProgress, Row, Sampler
 from mlxhost.worker.engine.rows.speculation import Speculation, SpeculationCounters
 from mlxhost.worker.engine.speculate.cost import StepCost
@@ -318,13 +318,7 @@ class RowBatch:
                 keep.append(row)
                 continue
             token = before[place]
-            row.tokens.append(token)  # its KV is in the cache now
-            row.generated += 1
-            if row.generated % GROWTH_EVERY == 0:
-                set_growth(row.cache, len(row.tokens))
-            finish = "length" if row.generated >= row.max_tokens else None
-            if token in self._stop:
-                finish = "stop"
+            finish = row.write(token, self._stop)
             if finish is None:
                 drafts = row.drafted, row.accepted
                 out.append(Generated(row.uid, token, earlier, place, None, None, None, *drafts))

@@ -13,6 +13,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import TokenBuffer
 
 from mlxhost.worker.engine.generation import SamplingParams
+from mlxhost.worker.engine.rows.kv import GROWTH_EVERY, set_growth
 from mlxhost.worker.engine.speculate.draft_length import DraftLength
 from mlxhost.worker.engine.speculate.lookup import PromptLookup
 
@@ -85,3 +86,13 @@ class Row:
     def __post_init__(self) -> None:
         self.total = len(self.pending) - 1
         self.last = mx.array(self.pending[-1:], dtype=mx.uint32)
+
+    def write(self, token: int, stop: frozenset[int]) -> str | None:
+        """Take `token` as written (its KV is in the cache now): the finish reason it brings."""
+        self.tokens.append(token)
+        self.generated += 1
+        if self.generated % GROWTH_EVERY == 0:
+            set_growth(self.cache, len(self.tokens))
+        if token in stop:
+            return "stop"
+        return "length" if self.generated >= self.max_tokens else None

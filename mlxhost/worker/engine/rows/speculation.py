@@ -30,7 +30,7 @@ from mlx_lm.sample_utils import greedy_sampler
 from mlxhost.worker.engine.generation import SamplingParams
 from mlxhost.worker.engine.grammar_mask import GrammarProcessor
 from mlxhost.worker.engine.rows.drafter import DraftModel, ModelDrafts
-from mlxhost.worker.engine.rows.kv import GROWTH_EVERY, row_views, set_growth
+from mlxhost.worker.engine.rows.kv import row_views, set_growth
 from mlxhost.worker.engine.rows.row import Generated, Row
 from mlxhost.worker.engine.speculate.acceptance import is_greedy, kept, sampled_choices
 from mlxhost.worker.engine.speculate.cost import StepCost
@@ -248,14 +248,8 @@ class Speculation:
             row.pending = []
         held = 0
         for place, (token, step_logprobs, index) in enumerate(written):
-            row.tokens.append(token)
+            finish = row.write(token, self._stop)
             held += 0 if plan.running and place == 0 else 1
-            row.generated += 1
-            if row.generated % GROWTH_EVERY == 0:
-                set_growth(row.cache, len(row.tokens))
-            finish = "length" if row.generated >= row.max_tokens else None
-            if token in self._stop:
-                finish = "stop"
             ended = finish is not None
             handed = (row.cache, row.tokens) if ended else (None, None)
             out.append(
