@@ -83,10 +83,14 @@ def post_raw(server: RunningHost, body: bytes) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def watched(tiny_model: Path) -> Iterator[RunningHost]:
-    """A host that kills a worker not answering its health check within 2 s, checked 4 times a second."""
+    """A host that kills a worker not answering its health check within 2 s, checked 4 times a second.
+
+    It does not draft: a drafting stream's frames come in bursts whose spacing depends on which
+    steps verify (priced by this machine's timing), which is not what these tests measure (a
+    hostile body must not stall the stream read beside it)."""
     server = start_host(
         "--model", str(tiny_model), "--health-interval", "0.25", "--health-timeout", "2",
-        "--prefill-step", "256",
+        "--prefill-step", "256", "--speculate", "off",
     )
     yield server
     server.stop()
