@@ -43,7 +43,35 @@ def _parser() -> argparse.ArgumentParser:
         if name == "status":
             command.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _jobs_parser(commands)
+    _models_parsers(commands)
     return parser
+
+
+def _models_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    help = "fetch a model from the Hugging Face Hub into the local cache, with progress"
+    pull = commands.add_parser(
+        "pull", help=help,
+        description=help + ". REPO is owner/name, optionally @REVISION (a branch, tag or commit). "
+        "With --url or --unix, a running host pulls it as a job and serves it at once.",
+    )  # fmt: skip
+    pull.add_argument("repo", metavar="REPO[@REVISION]")
+    pull.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    convert = pull.add_mutually_exclusive_group()
+    convert.add_argument("--quantize", type=int, choices=[2, 3, 4, 5, 6, 8], metavar="BITS",
+                         help="convert a transformers checkpoint into an MLX model quantized to BITS")  # fmt: skip
+    convert.add_argument("--dtype", choices=["float16", "bfloat16", "float32"],
+                         help="convert a transformers checkpoint into an MLX model of this dtype")  # fmt: skip
+    pull.add_argument("--state-dir", help="where a converted model is written (default: the host's state directory)")
+    _where(pull)
+    help = "the models on this machine: the Hugging Face cache and the state directory's outputs"
+    models = commands.add_parser("models", help=help, description=help)
+    models.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    models.add_argument("--state-dir", help="the state directory to read (default: the host's)")
+    models.add_argument("--url", help="the running host to ask which models it serves (default: the local host)")
+    actions = models.add_subparsers(dest="action")
+    rm = actions.add_parser("rm", help="remove a model from disk (refused while a host serves it)")
+    rm.add_argument("model", metavar="MODEL", help="a repo id (owner/name) or a converted model's name")
+    rm.add_argument("--state-dir", dest="rm_state_dir", help=argparse.SUPPRESS)
 
 
 def _where(command: argparse.ArgumentParser) -> None:
@@ -105,6 +133,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         from mlxhost.client.jobs import run_jobs
 
         sys.exit(run_jobs(**args))
+    if command == "pull":
+        from mlxhost.client.pull import run_pull
+
+        sys.exit(run_pull(args.pop("repo"), **args))
+    if command == "models":
+        from mlxhost.client.library import run_models
+
+        sys.exit(run_models(**args))
     config_file = args.pop("config")
     try:
         settings = load_settings(cli=args, config_file=config_file)

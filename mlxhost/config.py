@@ -3,7 +3,7 @@
 `Settings` is the record every part of mlxhost reads: each option with its default, its check and
 its help (the CLI's flags are made from them). Where the values come from, and in which
 precedence, is mlxhost.config_sources; the checks of plain values (numbers, names, switches) are
-mlxhost.config_values, and those of models and their names mlxhost.model_spec.
+mlxhost.config_values, and those of models and their names mlxhost.catalog.spec.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mlxhost.config_values import (
     positive_number,
     text,
 )
-from mlxhost.model_spec import (
+from mlxhost.catalog.spec import (
     MAX_DRAFT_TOKENS,
     ModelSpec,
     alias_list,

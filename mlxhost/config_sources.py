@@ -19,7 +19,7 @@ from typing import Any
 
 from mlxhost.config import ConfigError, Settings
 from mlxhost.config_values import InvalidValue
-from mlxhost.model_spec import check_names
+from mlxhost.catalog.spec import check_names
 
 __all__ = ["load_settings", "settings_from_options"]
 

@@ -2,7 +2,7 @@
 a flag, a worker's launch record): each parser returns the value as `Settings` holds it, or raises
 ValueError. Its docstring says what is valid, for the error; `InvalidValue` says more when it can.
 
-A model's and its names' checks are mlxhost.model_spec's; the demo's and the log level's are
+A model's and its names' checks are mlxhost.catalog.spec's; the demo's and the log level's are
 beside `Settings` in mlxhost.config.
 """
 

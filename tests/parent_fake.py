@@ -34,7 +34,7 @@ from mlxhost.config import Settings
 from mlxhost.host.app import create_host_app
 from mlxhost.host.workers.pool import ModelPool
 from mlxhost.host.workers.status import WorkerExit, WorkerState
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.runtime.guard import api_keys
 from mlxhost.testing import ADMIN_TOKEN
 from mlxhost.wire.admin import WorkerRecord

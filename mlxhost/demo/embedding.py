@@ -1,5 +1,5 @@
 """What makes a demo model an embedding model: the files a sentence-transformers model has beside
-its weights, as Qwen3-Embedding has them (mlxhost.model_tasks reads them)."""
+its weights, as Qwen3-Embedding has them (mlxhost.catalog.tasks reads them)."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ from mlxhost.host.serving.sessions import SessionRegistry
 from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.workers.pool import ModelPool, UnknownModel
 from mlxhost.host.workers.status import WorkerState
-from mlxhost.model_spec import ModelSpec
-from mlxhost.models import model_kind
+from mlxhost.catalog.spec import ModelSpec
+from mlxhost.catalog.routing import TaskRefused, route
 from mlxhost.runtime.body import read_body
 from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS
 from mlxhost.runtime.guard import front_door, health_detail
@@ -153,19 +153,12 @@ def _resolve(state: ParentState, model: Any) -> ModelSpec:
 
 
 def _resolve_for(state: ParentState, model: Any, task: str) -> ModelSpec:
-    """The model a request for `task` goes to: the one it names, which must serve the task; or,
-    when it names none (or a name the host does not know and takes the default for), the first
-    model that serves it."""
-    spec = _resolve(state, model)
-    tasks = model_kind(spec).tasks
-    if task in tasks:
-        return spec
-    named = isinstance(model, str) and (state.pool.resolve_exact(model) is not None or spec.matches(model))
-    if not named:
-        serving = next((s for s in state.pool.specs if task in model_kind(s).tasks), None)
-        if serving is not None:
-            return serving
-    raise task_refused(spec.id, task, tasks)
+    try:
+        return route(state.pool, model, task)
+    except UnknownModel as exc:
+        raise NotFound(str(exc), param="model", code="model_not_found") from None
+    except TaskRefused as exc:
+        raise task_refused(exc.model, exc.task, exc.tasks) from None
 
 
 def _turn_away(state: ParentState, spec: ModelSpec, body_read: bool) -> NoReturn:

@@ -24,9 +24,9 @@ from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.serving.sessions import CancelReason, SessionRegistry
 from mlxhost.host.state import ParentState
 from mlxhost.host.workers.pool import ModelPool
-from mlxhost.model_tasks import encoder_problem
-from mlxhost.models import model_kind, model_specs, resolve_model
-from mlxhost.ranks import InvalidGroup, check_sharding
+from mlxhost.catalog.tasks import encoder_problem
+from mlxhost.catalog.sources import model_kind, model_specs, resolve_model
+from mlxhost.catalog.ranks import InvalidGroup, check_sharding
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener, serve_in
 from mlxhost.runtime.ready import report_ready

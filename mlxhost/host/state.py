@@ -19,7 +19,7 @@ from mlxhost.host.serving.admission import Admission
 from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.serving.sessions import SessionRegistry
 from mlxhost.host.workers.pool import ModelPool
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 
 if TYPE_CHECKING:
     # Types only: the routes stand on this state, and the runner is built after it.

@@ -65,7 +65,7 @@ EXIT_GROUP_BROKEN = 3
 HOST_PID = "MLXHOST_HOST_PID"
 
 
-# What a model serves (mlxhost.model_tasks): generation, embeddings, reranking.
+# What a model serves (mlxhost.catalog.tasks): generation, embeddings, reranking.
 TASKS = ("generate", "embed", "rerank")
 
 
@@ -127,9 +127,9 @@ class LaunchRecord:
     adapter_path: str | None = None  # LoRA adapters loaded over the model
     draft_path: str | None = None  # a draft model for speculative decoding (its directory)
     # A worker group's rank (MLX_RANK set by mlx.launch): how the model is split, "tensor" or
-    # "pipeline" (mlxhost.ranks); None: a single worker.
+    # "pipeline" (mlxhost.catalog.ranks); None: a single worker.
     sharding: str | None = None
-    # What the worker serves (mlxhost.model_tasks.TASKS), as its [[model]] or its files say.
+    # What the worker serves (mlxhost.catalog.tasks.TASKS), as its [[model]] or its files say.
     tasks: list[str] = field(default_factory=lambda: ["generate"])
 
     def encode(self) -> bytes:

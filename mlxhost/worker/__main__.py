@@ -181,7 +181,7 @@ class ParentWatch:
 
 
 async def _run(record: LaunchRecord, settings: Settings, watch: ParentWatch) -> None:
-    from mlxhost.model_tasks import detect
+    from mlxhost.catalog.tasks import detect
     from mlxhost.worker.serve import serve_model
 
     shutdown = Shutdown()

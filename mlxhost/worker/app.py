@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mlxhost.config import Settings
-from mlxhost.model_tasks import ModelKind
+from mlxhost.catalog.tasks import ModelKind
 from mlxhost.runtime.error_responses import EXCEPTION_HANDLERS, error_response
 from mlxhost.runtime.guard import api_keys, front_door, health_detail
 from mlxhost.wire.dialect import Dialect

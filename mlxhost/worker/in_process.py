@@ -9,8 +9,8 @@ import logging
 
 from mlxhost.config import ConfigError, Settings, binds
 from mlxhost.errors import StartupError
-from mlxhost.model_tasks import detect, encoder_problem
-from mlxhost.models import model_specs, resolve_model
+from mlxhost.catalog.tasks import detect, encoder_problem
+from mlxhost.catalog.sources import model_specs, resolve_model
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener
 from mlxhost.runtime.ready import report_ready

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from mlxhost.config import Settings
-from mlxhost.model_tasks import ModelKind
+from mlxhost.catalog.tasks import ModelKind
 from mlxhost.runtime.listener import Listener, serve_in
 from mlxhost.runtime.shutdown import Shutdown
 from mlxhost.wire.layout import state_dir

@@ -17,7 +17,7 @@ import pytest
 from mlxhost.config import Settings
 from mlxhost.host.serving.sessions import RECENT_KEPT, Outcome, SessionRegistry
 from mlxhost.host.workers.pool import ModelPool, UnknownModel
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.testing import RunningHost, start_host
 from mlxhost.wire.inert import EXCERPT_CHARS, MESSAGE_CHARS
 

@@ -24,7 +24,7 @@ from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
 from mlxhost.host.workers.status import WorkerState
 from mlxhost.host.workers.supervisor import Supervisor
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.launch import MemoryReading
 
 LONG = {"messages": [{"role": "user", "content": "Go on forever"}], "max_tokens": 1500, "temperature": 0}

@@ -21,7 +21,7 @@ from mlxhost.host.serving.sessions import CancelReason, SessionRegistry
 from mlxhost.host.workers.pool import ModelPool
 from mlxhost.host.workers.status import WorkerState
 from mlxhost.host.workers.supervisor import Supervisor
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin import (
     EVENT_TYPES,
     AdminEvent,

@@ -6,7 +6,7 @@ import pytest
 
 from mlxhost.config import ConfigError, Settings
 from mlxhost.config_sources import load_settings
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 
 
 def test_defaults_are_safe() -> None:

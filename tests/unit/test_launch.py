@@ -16,7 +16,7 @@ import pytest
 from mlxhost.config import Settings
 from mlxhost.config_sources import settings_from_options
 from mlxhost.host.workers.launch import MAX_LINE, launch_record, lines, refusal, worker_command
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.launch import (
     PROTOCOL_VERSION,
     WORKER_EVENT,

@@ -14,7 +14,7 @@ import pytest
 from mlxhost.config import ConfigError, Settings
 from mlxhost.config_sources import load_settings
 from mlxhost.host.workers.pool import ModelPool, UnknownModel
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-haiku-4-5-20251001"

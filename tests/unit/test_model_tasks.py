@@ -1,4 +1,4 @@
-"""What a model is for, as its [[model]] or its files say (mlxhost/model_tasks.py)."""
+"""What a model is for, as its [[model]] or its files say (mlxhost/catalog/tasks.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from mlxhost.config_values import InvalidValue
 from mlxhost.demo.embedding import QUERY_PROMPT, write_sentence_transformers
-from mlxhost.model_spec import model_list
-from mlxhost.model_tasks import ModelKind, detect, encoder_problem, task_list
+from mlxhost.catalog.spec import model_list
+from mlxhost.catalog.tasks import ModelKind, detect, encoder_problem, task_list
 
 pytestmark = pytest.mark.unit
 

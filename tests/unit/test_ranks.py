@@ -10,7 +10,7 @@ import pytest
 
 from mlxhost.config import ConfigError
 from mlxhost.config_sources import load_settings
-from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec, launch_command
+from mlxhost.catalog.ranks import GroupSpec, InvalidGroup, group_spec, launch_command
 
 
 def _settings(tmp_path: Path, table: str) -> object:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mlxhost.host.jobs.records import JobRecords
 from mlxhost.host.workers.pool import ModelPool
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobResult
 
 __all__ = ["JobModel", "job_model", "serve_output"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin.dataset_lines import DatasetError, read_examples
 from mlxhost.wire.admin.job_requests import (
     DEFAULT_NUM_LAYERS,

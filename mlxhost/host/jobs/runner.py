@@ -42,7 +42,7 @@ from mlxhost.host.jobs.store import JobStore, StoreFailed, now_ms
 from mlxhost.host.jobs.tail import TailSlots
 from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.workers.pool import ModelPool
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin import JobQueued
 from mlxhost.wire.admin.job_requests import JobRequest
 from mlxhost.wire.admin.jobs import JobRecord, JobState, LaunchedJob

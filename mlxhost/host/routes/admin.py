@@ -22,7 +22,7 @@ from mlxhost.host.events import Published
 from mlxhost.host.serving.sessions import CancelReason
 from mlxhost.host.state import ParentState, parent_state
 from mlxhost.host.workers.pool import ModelPool
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.runtime.sse import End, EventStream, Frames
 from mlxhost.wire.admin import (
     HostRecord,

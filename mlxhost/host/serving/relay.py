@@ -38,7 +38,7 @@ from mlxhost.host.workers.pool import ModelPool
 from mlxhost.host.workers.status import WorkerUnavailable
 from mlxhost.host.workers.supervisor import Supervisor
 from mlxhost.host.workers.upstream import UpstreamBroken, UpstreamConnectError, UpstreamResponse
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin import AdmissionRejected
 from mlxhost.wire.dialect import Dialect
 from mlxhost.wire.errors import (

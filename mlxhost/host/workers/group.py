@@ -4,7 +4,7 @@
 that differs: the command, whether a warm standby can stand in, how a ready line is checked, how
 the worker is asked to stop or killed, what is left to kill once it exited, and how its exit reads.
 
-A group (`mlxhost.ranks`): the process is mlx.launch, its ranks on this machine share its process
+A group (`mlxhost.catalog.ranks`): the process is mlx.launch, its ranks on this machine share its process
 group, rank 0's ready line says where each rank runs, and mlx.launch says on stderr how each rank
 ended (it exits 0 whatever its ranks did). A shape holds what one spawn said, so each spawn gets its own.
 """
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import anyio.abc
 
-from mlxhost.ranks import GroupSpec, launch_command
+from mlxhost.catalog.ranks import GroupSpec, launch_command
 from mlxhost.wire.launch import EXIT_GROUP_BROKEN, HOST_PID, ReadyLine
 
 __all__ = ["RANK_ENDED", "Shape", "SingleWorker", "WorkerGroup", "free_ports", "shape_of"]

@@ -15,8 +15,8 @@ import anyio
 import anyio.abc
 
 from mlxhost.config import Settings
-from mlxhost.model_spec import ModelSpec
-from mlxhost.models import model_kind, resolve_model
+from mlxhost.catalog.spec import ModelSpec
+from mlxhost.catalog.sources import model_kind, resolve_model
 from mlxhost.runtime.children import python_module
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import PROTOCOL_VERSION, WORKER_OPTIONS, LaunchRecord, ReadyLine, WorkerOptions

@@ -40,7 +40,7 @@ from mlxhost.host.events import EventHub
 from mlxhost.host.workers.standby import StandbyPool
 from mlxhost.host.workers.status import WorkerState, WorkerUnavailable
 from mlxhost.host.workers.supervisor import Supervisor
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin import ModelEvicted, ModelRecord
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import SessionProgress

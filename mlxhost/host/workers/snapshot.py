@@ -11,7 +11,7 @@ import psutil
 
 from mlxhost.host.workers.requests import Requests
 from mlxhost.host.workers.status import WorkerExit, WorkerState
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin import RankRecord, WorkerRecord
 from mlxhost.wire.launch import MemoryReading, SpeculationReading
 

@@ -47,7 +47,7 @@ from mlxhost.host.workers.snapshot import rank_records, worker_record
 from mlxhost.host.workers.standby import StandbyPool
 from mlxhost.host.workers.status import WorkerExit, WorkerState, WorkerUnavailable
 from mlxhost.host.workers.upstream import WorkerClient
-from mlxhost.model_spec import ModelSpec
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.wire.admin import (
     WorkerExhausted,
     WorkerExited,

@@ -11,7 +11,7 @@ import anyio
 from starlette.requests import Request
 
 from mlxhost.config import Settings
-from mlxhost.model_tasks import ModelKind
+from mlxhost.catalog.tasks import ModelKind
 from mlxhost.runtime.body import read_body as read_limited_body
 from mlxhost.wire.errors import ServiceUnavailable
 from mlxhost.worker.engine.engine import Engine

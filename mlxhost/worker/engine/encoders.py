@@ -21,7 +21,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from mlxhost.model_tasks import SERVED_ENCODERS, model_type_of
+from mlxhost.catalog.tasks import SERVED_ENCODERS, model_type_of
 
 __all__ = ["EncoderNotSupported", "EncoderPooler", "NoGeneration", "load_encoder"]
 

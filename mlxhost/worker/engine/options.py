@@ -38,7 +38,7 @@ class EngineOptions:
     # In a worker group (group.py): how the model is split across the ranks of MLX's distributed
     # group, "tensor" or "pipeline"; this engine is rank 0's. None: a single worker.
     sharding: str | None = None
-    # What the model serves ("generate", "embed", "rerank"; mlxhost.model_tasks): a model that
+    # What the model serves ("generate", "embed", "rerank"; mlxhost.catalog.tasks): a model that
     # embeds or reranks gets pooled passes (pooled.py) between generation steps.
     tasks: frozenset[str] = frozenset({"generate"})
     # A bidirectional encoder (BERT-like), loaded through mlx-embeddings (encoders.py): it embeds.

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from mlxhost.config import Settings
 from mlxhost.errors import ModelNotFound
-from mlxhost.model_spec import ModelSpec
-from mlxhost.model_tasks import ModelKind, detect
+from mlxhost.catalog.spec import ModelSpec
+from mlxhost.catalog.tasks import ModelKind, detect
 
 __all__ = ["DEMO_MODEL_ID", "model_kind", "model_specs", "resolve_model"]
 
@@ -78,7 +78,7 @@ def _from_hf_cache(repo_id: str) -> Path:
 
 
 def model_kind(spec: ModelSpec) -> ModelKind:
-    """What `spec` serves: its [[model]]'s `task`, or what its files say (mlxhost.model_tasks).
+    """What `spec` serves: its [[model]]'s `task`, or what its files say (mlxhost.catalog.tasks).
 
     A model not found yet is taken to generate; its worker's load says what is wrong with it.
     Read once per model: every request is routed by it.

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlxhost.config_values import InvalidValue, integer, names, non_negative_number, optional_text
-from mlxhost.model_tasks import task_list
-from mlxhost.ranks import GroupSpec, InvalidGroup, group_spec
+from mlxhost.catalog.tasks import task_list
+from mlxhost.catalog.ranks import GroupSpec, InvalidGroup, group_spec
 
 __all__ = [
     "KV_BITS",
@@ -76,8 +76,8 @@ class ModelSpec:
     # A draft model (a directory or repo id, the model's own tokenizer) whose drafts the model
     # verifies (worker/engine/rows/drafter.py); None: drafts by prompt lookup.
     draft: str | None = None
-    group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.ranks); None: one worker
-    # What it serves (mlxhost.model_tasks): "generate", "embed", "rerank"; None: as its files say.
+    group: GroupSpec | None = None  # served by several MLX ranks (mlxhost.catalog.ranks); None: one worker
+    # What it serves (mlxhost.catalog.tasks): "generate", "embed", "rerank"; None: as its files say.
     task: tuple[str, ...] | None = None
 
     @property
