@@ -103,6 +103,9 @@ class Settings:
         "and a better tokenizer, for coding agents); naming it beside a model is an error",
     )
     in_process: bool = _option(False, boolean, "serve the model in this process (no worker; for debugging)")
+    offline: bool = _option(
+        False, boolean, "never pull: a --model repo id not in the Hugging Face cache is an error (as HF_HUB_OFFLINE=1)"
+    )
     strict_models: bool = _option(
         False, boolean, "404 for an unknown model name (default: use the default model)"
     )

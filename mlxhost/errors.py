@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ModelNotFound", "StartupError"]
+__all__ = ["ModelNotFound", "NotDownloaded", "StartupError"]
 
 
 class StartupError(Exception):
@@ -11,3 +11,11 @@ class StartupError(Exception):
 
 class ModelNotFound(StartupError):
     """No model directory at the path given, and no copy in the local Hugging Face cache."""
+
+
+class NotDownloaded(ModelNotFound):
+    """A Hugging Face repo id that is not in the local cache: a host that may pull, pulls it."""
+
+    def __init__(self, repo: str, message: str) -> None:
+        super().__init__(message)
+        self.repo = repo

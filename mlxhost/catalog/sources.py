@@ -1,22 +1,25 @@
 """Which models to serve, and where each comes from: a local directory, or a Hugging Face repo
-id already in the local cache.
+id in the local cache.
 
-mlxhost never downloads: a request can't make it fetch anything, and a server should not start
-slowly because a name was mistyped. Nothing here imports MLX.
+A repo id that is not in the cache is `NotDownloaded`: `mlxhost serve` pulls it before its worker
+starts (`catalog.hub`, as a pull job of the host), unless `--offline` or `HF_HUB_OFFLINE` says
+never. Only the operator's configuration names what is pulled: a request can never make the host
+fetch anything. Nothing here imports MLX.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 
 from mlxhost.config import Settings
-from mlxhost.errors import ModelNotFound
+from mlxhost.errors import ModelNotFound, NotDownloaded
 from mlxhost.catalog.spec import ModelSpec
 from mlxhost.catalog.tasks import ModelKind, detect
 
-__all__ = ["DEMO_MODEL_ID", "model_kind", "model_specs", "resolve_model"]
+__all__ = ["DEMO_MODEL_ID", "is_offline", "model_kind", "model_specs", "refresh_kinds", "resolve_model"]
 
 logger = logging.getLogger("mlxhost")
 
@@ -55,7 +58,7 @@ def resolve_model(spec: str) -> Path:
         return path.resolve()
     if path.exists():
         raise ModelNotFound(f"{path} is a file; --model takes a model directory")
-    if spec.count("/") != 1 or spec.startswith((".", "/", "~")):
+    if spec.partition("@")[0].count("/") != 1 or spec.startswith((".", "/", "~")):
         raise ModelNotFound(f"no model directory at {path}")
     return _from_hf_cache(spec)
 
@@ -64,17 +67,25 @@ def _from_hf_cache(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    repo, _, revision = repo_id.partition("@")
     try:
-        snapshot = snapshot_download(repo_id, local_files_only=True)
+        snapshot = snapshot_download(repo, revision=revision or None, local_files_only=True)
     except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
-        raise ModelNotFound(
-            f"{repo_id!r} is not in the local Hugging Face cache, and mlxhost never downloads. "
-            f"Fetch it first (e.g. `hf download {repo_id}`), or pass a model directory."
+        raise NotDownloaded(
+            repo_id,
+            f"{repo_id!r} is not in the local Hugging Face cache, and pulling is off (--offline or "
+            f"HF_HUB_OFFLINE). Pull it first (`mlxhost pull {repo_id}`), or pass a model directory.",
         ) from None
     path = Path(snapshot)
     if not (path / "config.json").is_file():
         raise ModelNotFound(f"the cached copy of {repo_id!r} at {path} has no config.json")
     return path
+
+
+def is_offline(settings: Settings) -> bool:
+    """Whether this host may not pull: --offline, or huggingface_hub's own HF_HUB_OFFLINE."""
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
+    return settings.offline or flag in ("1", "true", "yes", "on")
 
 
 def model_kind(spec: ModelSpec) -> ModelKind:
@@ -84,6 +95,11 @@ def model_kind(spec: ModelSpec) -> ModelKind:
     Read once per model: every request is routed by it.
     """
     return _kind(spec.path, spec.task)
+
+
+def refresh_kinds() -> None:
+    """Read every model's kind afresh: one whose files were missing (being pulled) has them now."""
+    _kind.cache_clear()
 
 
 @functools.lru_cache(maxsize=256)

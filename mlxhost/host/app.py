@@ -239,9 +239,11 @@ async def health(request: Request) -> Response:
     workers = [s.snapshot() for s in state.pool.supervisors()]
     models = state.pool.snapshot()
     serving = any(w.state == WorkerState.READY for w in workers)
-    can_load = any(not m.resident for m in models)  # a model not loaded starts on demand
+    # A model not loaded starts on demand; one whose files are still being pulled cannot yet.
+    can_load = any(not m.resident and m.download is None for m in models)
+    downloading = any(m.download is not None and m.download.state == "downloading" for m in models)
     ok = state.accepting and (serving or can_load)
-    status = "ok" if ok else ("stopping" if not state.accepting else "unavailable")
+    status = "ok" if ok else ("stopping" if not state.accepting else "downloading" if downloading else "unavailable")
     if not health_detail(request.scope):
         return JSONResponse({"status": status}, status_code=200 if ok else 503)
     return JSONResponse(

@@ -16,7 +16,8 @@ import anyio
 
 from mlxhost.client.discovery import announce, withdraw
 from mlxhost.config import ConfigError, Settings, binds
-from mlxhost.errors import StartupError
+from mlxhost.errors import NotDownloaded, StartupError
+from mlxhost.host.downloads import start_pulls
 from mlxhost.host.app import create_host_app
 from mlxhost.host.events import EventHub
 from mlxhost.host.jobs.runner import JobRunner
@@ -25,7 +26,8 @@ from mlxhost.host.serving.sessions import CancelReason, SessionRegistry
 from mlxhost.host.state import ParentState
 from mlxhost.host.workers.pool import ModelPool
 from mlxhost.catalog.tasks import encoder_problem
-from mlxhost.catalog.sources import model_kind, model_specs, resolve_model
+from mlxhost.catalog.sources import is_offline, model_kind, model_specs, resolve_model
+from mlxhost.catalog.spec import ModelSpec
 from mlxhost.catalog.ranks import InvalidGroup, check_sharding
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener, serve_in
@@ -66,11 +68,13 @@ async def serve_host(settings: Settings) -> None:
         raise StartupError(str(exc)) from None
     warn_if_exposed(settings, keys)
     specs = model_specs(settings)
-    paths = {spec.id: resolve_model(spec.path) for spec in specs}
+    paths, to_pull = _model_paths(specs, settings)
     for spec in specs:  # a draft model missing is said now, not at each of the worker's starts
         if spec.draft is not None:
             resolve_model(spec.draft)
     for spec in specs:
+        if spec in to_pull:
+            continue  # its files say what it is once they are here
         kind = model_kind(spec)
         if (problem := encoder_problem(kind)) is not None:
             raise StartupError(f"model '{spec.id}' cannot be served: {problem}")
@@ -107,6 +111,7 @@ async def serve_host(settings: Settings) -> None:
                 ) as pool,
                 JobRunner.open(settings, pool, coordinator, events) as jobs,
             ):
+                await start_pulls(to_pull, pool, jobs, tg)
                 app = create_host_app(
                     pool, settings, sessions, token_file.read_text(), keys, coordinator=coordinator, jobs=jobs
                 )
@@ -133,6 +138,26 @@ async def serve_host(settings: Settings) -> None:
     finally:
         withdraw()
         shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+def _model_paths(specs: tuple[ModelSpec, ...], settings: Settings) -> tuple[dict[str, Path], list[ModelSpec]]:
+    """Each model's directory, and the models whose repos this host must pull first."""
+    paths: dict[str, Path] = {}
+    to_pull: list[ModelSpec] = []
+    for spec in specs:
+        try:
+            paths[spec.id] = resolve_model(spec.path)
+        except NotDownloaded:
+            if is_offline(settings):
+                raise
+            if spec.group is not None:
+                raise StartupError(
+                    f"model '{spec.id}': a group of ranks serves a model on disk; pull it first "
+                    f"(mlxhost pull {spec.path})"
+                ) from None
+            paths[spec.id] = Path(spec.path)  # until its files arrive
+            to_pull.append(spec)
+    return paths, to_pull
 
 
 async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:

@@ -14,7 +14,7 @@ from mlxhost.job.run import run_job
 from mlxhost.job.spec import BadSpec, load_spec
 from mlxhost.job.stop import Stop
 from mlxhost.runtime.shutdown import exit_now
-from mlxhost.wire.admin.jobs import JobState
+from mlxhost.wire.admin.jobs import JobKind, JobState
 
 USAGE = "usage: python -m mlxhost.job SPEC.json"
 
@@ -23,9 +23,6 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(USAGE, file=sys.stderr)
         return EXIT_BAD_SPEC
-    # A job works on local directories the parent resolved; a missing one must fail here, not turn
-    # into a download from the Hugging Face hub (which mlx-lm's loader falls back to).
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         spec = load_spec(argv[0])
     except BadSpec as exc:
@@ -38,6 +35,10 @@ def main(argv: list[str]) -> int:
             except OSError:
                 pass  # the parent writes the terminal line when the job could not
         return EXIT_BAD_SPEC
+    if spec.kind != JobKind.PULL:
+        # A job works on local directories the parent resolved; a missing one must fail here, not
+        # turn into a download from the Hugging Face hub (which mlx-lm's loader falls back to).
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         log = JobLog(spec.log)
     except OSError as exc:

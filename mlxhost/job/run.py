@@ -40,6 +40,7 @@ KINDS = {
     "finetune": ("mlxhost.job.finetune", "finetune"),
     "quantize": ("mlxhost.job.quantize", "quantize"),
     "fuse": ("mlxhost.job.fuse", "fuse"),
+    "pull": ("mlxhost.job.pull", "pull"),
 }
 
 

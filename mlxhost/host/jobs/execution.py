@@ -6,6 +6,10 @@ running finish first, later ones wait behind it. Holding it, the job pauses ever
 process (`JobProcess`), follows its log for progress, and on success its output is served as a
 model at once (`serve_output`). Then the workers resume and the lease goes back.
 
+A pull is the exception: it reads the network and writes the cache, and costs the workers nothing,
+so it takes no lease and pauses nothing (`exclusive` False): it runs beside serving, and its
+progress is also a `model.download` event.
+
 How the job ended comes from its log's terminal line; when the job could not write one (it was
 killed, it crashed, the host stopped), the host writes it.
 """
@@ -13,6 +17,7 @@ killed, it crashed, the host stopped), the host writes it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 import anyio
@@ -27,8 +32,8 @@ from mlxhost.host.jobs.tail import tail
 from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.workers.pool import ModelPool
 from mlxhost.host.workers.status import WorkerUnavailable
-from mlxhost.wire.admin import ExecutionChanged, JobProgressed, JobStarted
-from mlxhost.wire.admin.jobs import JobLogEvent, JobProgress, JobRecord, JobState
+from mlxhost.wire.admin import ExecutionChanged, JobProgressed, JobStarted, ModelDownload
+from mlxhost.wire.admin.jobs import JobKind, JobLogEvent, JobProgress, JobRecord, JobState
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 
 __all__ = ["JobExecution"]
@@ -52,7 +57,11 @@ class JobExecution:
         coordinator: ExecutionCoordinator,
         events: EventHub,
         stop_timeout: float,
+        exclusive: bool = True,
     ) -> None:
+        self.exclusive = exclusive
+        # Told of every `model.download` this job publishes (the pool's pending model follows it).
+        self.on_download: Callable[[ModelDownload], None] | None = None
         self.record = record
         self.job_id = record.id
         self.folder = folder
@@ -72,6 +81,9 @@ class JobExecution:
 
     async def run(self) -> None:
         job_id = self.job_id
+        if not self.exclusive:
+            await self._execute()
+            return
         self.events.publish(ExecutionChanged(owner=job_id, change="waiting"))
         with anyio.CancelScope() as waiting:
             self._waiting_scope = waiting
@@ -142,6 +154,24 @@ class JobExecution:
         await process.aclose()
         self._conclude(process.returncode, stopped_by_host)
 
+    def _publish_download(self, state: str, progress: JobProgress | None, error: str | None = None) -> None:
+        if progress is None:
+            progress = self.records.record_of(self.job_id).progress or JobProgress(iteration=0, total=0)
+        download = ModelDownload(
+            model=self.record.model,
+            repo=str(self.record.options.get("repo", self.record.model)),
+            state=state,
+            done_bytes=progress.iteration,
+            total_bytes=progress.total,
+            bytes_per_s=progress.bytes_per_s or 0.0,
+            file=progress.file,
+            job=self.job_id,
+            error=error,
+        )
+        self.events.publish(download)
+        if self.on_download is not None:
+            self.on_download(download)
+
     def _conclude(self, code: int | None, stopped_by_host: bool) -> None:
         """The job's state from its log's terminal line; the host writes that line when the job could not."""
         job_id, folder = self.job_id, self.folder
@@ -176,9 +206,14 @@ class JobExecution:
                 )
                 return
             self.records.finish(job_id, JobState.SUCCEEDED, None)
+            if self.record.kind == JobKind.PULL:
+                self._publish_download("done", None)
             return
         folder.discard_output()
         self.records.finish(job_id, state, str(error) if error else state.value)
+        if self.record.kind == JobKind.PULL:
+            ended = "cancelled" if state is JobState.CANCELLED else "failed"
+            self._publish_download(ended, None, str(error) if error else state.value)
 
     async def _follow_progress(self) -> None:
         """Fold the log's progress lines into the store and the event stream, at most once a second."""
@@ -197,6 +232,8 @@ class JobExecution:
                 written, last_write = latest, now
 
     def _publish_progress(self, progress: JobProgress) -> None:
+        if self.record.kind == JobKind.PULL:
+            self._publish_download("downloading", progress)
         self.events.publish(
             JobProgressed(
                 job=self.job_id,

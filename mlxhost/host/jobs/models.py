@@ -3,6 +3,7 @@
     finetune  <model>-lora-<id>     the base model, with the job's adapters loaded over it
     quantize  <model>-q<bits>-<id>  the job's output directory
     fuse      <model>-fused-<id>    the job's output directory
+    pull      <repo>                the snapshot in the Hugging Face cache its `source.json` names
 
 The name carries the job's id, so it never collides with a configured model or another job's.
 `serve_output` registers it with the pool, once, when the job succeeds and when a later host starts.
@@ -10,6 +11,7 @@ The name carries the job's id, so it never collides with a configured model or a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,14 @@ def job_model(record: JobRecord, output: Path) -> JobModel:
         raise ValueError(f"it wrote no output at {output}")
     origin = {"job": record.id, "kind": record.kind, "base": record.model}
     kind = JobKind(record.kind)
+    if kind is JobKind.PULL:
+        # The job's own copy of where its files are (the job process writes it; see job/pull.py).
+        source = json.loads((output / "source.json").read_text())
+        snapshot = Path(str(source["path"]))
+        if not (snapshot / "config.json").is_file():
+            raise ValueError(f"the pulled snapshot {snapshot} has no config.json")
+        origin = {"job": record.id, "kind": record.kind, "repo": record.model, "commit": str(source["commit"])}
+        return JobModel(ModelSpec(record.model, record.model), snapshot, origin)
     if kind is JobKind.FINETUNE:
         base = Path(str(record.options["model_path"]))
         name = f"{record.model}-lora-{record.id}"
@@ -49,5 +59,8 @@ def serve_output(record: JobRecord, output: Path, pool: ModelPool, records: JobR
     model = job_model(record, output)
     if record.result is None:
         records.update(record.id, result=JobResult(model=model.spec.id, path=str(output)))
+    if record.kind == JobKind.PULL:
+        for model_id in pool.pending_for(record.model):
+            pool.arrived(model_id, model.path)  # a configured model this pull was for
     if pool.resolve_exact(model.spec.id) is None:
         pool.register(model.spec, model.path, model.origin)

@@ -31,6 +31,7 @@ from mlxhost.wire.admin.job_requests import (
     FinetuneRequest,
     FuseRequest,
     JobRequest,
+    PullRequest,
     QuantizeRequest,
 )
 from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobState
@@ -59,6 +60,9 @@ async def resolve(
     """The request made concrete; InvalidRequest naming the field otherwise."""
     if isinstance(request, FuseRequest):
         return _fuse(request, find_model, find_job)
+    if isinstance(request, PullRequest):
+        # Nothing of this host's is read: the repo is the hub's, checked by the job's first call.
+        return ResolvedJob(JobKind.PULL, ModelSpec(request.repo, request.repo), Path(request.repo), request.options())
     spec, path = _model(request.model, find_model)
     if spec.adapter is not None:
         raise InvalidRequest(

@@ -3,7 +3,10 @@
     queued → running → succeeded | failed | cancelled | interrupted
 
 A submission is checked (`requests.resolve`), given its folder and its record, and joins the line
-(FIFO). The runner takes one job at a time from the line and gives it its turn (`JobExecution`:
+(FIFO). A pull does not: it takes no lease, so it runs at once beside serving (at most
+`MAX_PULLS` at a time), and a second pull of the same repo and revision while one is queued or
+running joins it (the same job, one download). A pull with `quantize` queues a quantize job of
+what it pulled once it succeeds. The runner takes one job at a time from the line and gives it its turn (`JobExecution`:
 the exclusive lease, the workers paused, its process run, its output served as a model); then the
 oldest jobs beyond `jobs_keep` are pruned, their folders and models with them.
 
@@ -25,11 +28,12 @@ import json
 import logging
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.abc
 
 from mlxhost.config import Settings
 from mlxhost.host.events import EventHub
@@ -43,10 +47,10 @@ from mlxhost.host.jobs.tail import TailSlots
 from mlxhost.host.serving.coordinator import ExecutionCoordinator
 from mlxhost.host.workers.pool import ModelPool
 from mlxhost.catalog.spec import ModelSpec
-from mlxhost.wire.admin import JobQueued
-from mlxhost.wire.admin.job_requests import JobRequest
-from mlxhost.wire.admin.jobs import JobRecord, JobState, LaunchedJob
-from mlxhost.wire.errors import AdmissionRefused
+from mlxhost.wire.admin import JobQueued, ModelDownload
+from mlxhost.wire.admin.job_requests import JobRequest, QuantizeRequest
+from mlxhost.wire.admin.jobs import JobKind, JobRecord, JobState, LaunchedJob
+from mlxhost.wire.errors import AdmissionRefused, InvalidRequest
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.layout import JOBS_DB, JOBS_DIR
 from mlxhost.wire.layout import state_dir as resolve_state_dir
@@ -57,6 +61,7 @@ logger = logging.getLogger("mlxhost.jobs")
 
 MAX_QUEUED = 16  # jobs waiting to run; more are refused with 429
 QUEUE_RETRY_AFTER_S = 60  # a job in line takes minutes: a client need not ask again sooner
+MAX_PULLS = 2  # pulls downloading at once; more wait their turn (queued)
 MAX_TAILS = 16  # SSE tails of job logs open at once; more are refused with 429
 STORE_CHECK = 5.0  # seconds between looks at the store: deleted under the host? writable again?
 
@@ -100,6 +105,10 @@ class JobRunner:
         self._current: JobExecution | None = None  # the job taken from the line, until it ends
         self.tails = TailSlots(MAX_TAILS)
         self._recovered = False  # the previous host's jobs read back (a store that cannot be read: not yet)
+        self._tg: anyio.abc.TaskGroup | None = None  # where pulls run (set by `open`)
+        self._pulls: dict[str, JobExecution | None] = {}  # live pulls by id; None until its turn
+        self._pull_turns = anyio.CapacityLimiter(MAX_PULLS)
+        self._download_watchers: dict[str, list[Callable[[ModelDownload], None]]] = {}
 
     @classmethod
     @asynccontextmanager
@@ -123,6 +132,7 @@ class JobRunner:
                 runner = cls(settings, state_dir, store, pool, coordinator, events)
                 runner._recover()
                 async with anyio.create_task_group() as tg:
+                    runner._tg = tg
                     tg.start_soon(runner._run_queue)
                     tg.start_soon(runner._watch_store)
                     try:
@@ -158,7 +168,11 @@ class JobRunner:
         """
         resolved = await resolve(request, self._find_model, self.records.find)  # reads a dataset in a thread
         # From here to the end, no await: the line cannot change under the check.
-        if len(self._line) >= MAX_QUEUED:
+        pull = resolved.kind is JobKind.PULL
+        if pull and (joined := self._live_pull(resolved.options)) is not None:
+            return joined
+        waiting = sum(1 for e in self._pulls.values() if e is None) if pull else len(self._line)
+        if waiting >= MAX_QUEUED:
             raise AdmissionRefused(
                 f"{len(self._line)} jobs are already waiting to run, the most the queue holds "
                 f"({MAX_QUEUED}); try again later",
@@ -199,10 +213,29 @@ class JobRunner:
         except (OSError, StoreFailed) as exc:
             folder.delete()
             raise self._cannot_record(exc) from None
-        self._line.append(job_id)
-        self._lined.set()
+        if pull:
+            assert self._tg is not None
+            self._pulls[job_id] = None
+            self._tg.start_soon(self._run_pull, job_id)
+        else:
+            self._line.append(job_id)
+            self._lined.set()
         self.events.publish(JobQueued(job=job_id, kind=record.kind, model=record.model))
         return record
+
+    def _live_pull(self, options: dict[str, object]) -> JobRecord | None:
+        """The queued or running pull of the same repo and revision, if there is one."""
+        for job_id in self._pulls:
+            record = self.peek(job_id)
+            if record is None or record.job_state.terminal:
+                continue
+            if (record.options.get("repo"), record.options.get("revision")) == (options["repo"], options["revision"]):
+                return record
+        return None
+
+    def watch_download(self, job_id: str, watcher: Callable[[ModelDownload], None]) -> None:
+        """Tell `watcher` of every `model.download` the pull `job_id` publishes."""
+        self._download_watchers.setdefault(job_id, []).append(watcher)
 
     def _cannot_record(self, exc: OSError | StoreFailed) -> CannotRecord:
         if isinstance(exc, StoreFailed):
@@ -248,6 +281,12 @@ class JobRunner:
         record = self.get(job_id)
         if record.job_state.terminal:
             raise JobConflict(f"job '{job_id}' has already ended ({record.state})")
+        if job_id in self._pulls:
+            execution = self._pulls[job_id]
+            if execution is not None:
+                execution.cancel()
+                return record
+            return self.records.finish(job_id, JobState.CANCELLED, "cancelled before it started")
         if self._current is None or job_id != self._current.job_id:
             # Still in line: it leaves it (and its slot), and never runs.
             with contextlib.suppress(ValueError):
@@ -289,6 +328,52 @@ class JobRunner:
                     )
             finally:
                 self._current = None
+
+    async def _run_pull(self, job_id: str) -> None:
+        """One pull's turn: it waits for a pull slot (not the lease), runs, and then its quantize job."""
+        try:
+            async with self._pull_turns:
+                record = self.peek(job_id)
+                if record is None or record.job_state is not JobState.QUEUED:
+                    return  # cancelled while it waited
+                execution = JobExecution(
+                    record, self._folder(job_id), self.records, self.pool, self.coordinator, self.events,
+                    self.settings.stop_timeout, exclusive=False,
+                )  # fmt: skip
+                execution.on_download = self._tell_watchers
+                self._pulls[job_id] = execution
+                try:
+                    await execution.run()
+                except OSError as exc:
+                    logger.warning("job %s: %s", job_id, exc)
+                    if not self.records.record_of(job_id).job_state.terminal:
+                        self.records.finish(
+                            job_id, JobState.FAILED, f"the host could not run it: {excerpt(exc, MESSAGE_CHARS)}"
+                        )
+            await self._after_pull(job_id)
+            self._prune()
+        finally:
+            self._pulls.pop(job_id, None)
+            self._download_watchers.pop(job_id, None)
+
+    def _tell_watchers(self, download: ModelDownload) -> None:
+        for watcher in self._download_watchers.get(download.job or "", ()):
+            watcher(download)
+
+    async def _after_pull(self, job_id: str) -> None:
+        """A pull asked to quantize what it pulled: that job joins the line now."""
+        record = self.peek(job_id)
+        if record is None or record.job_state is not JobState.SUCCEEDED or record.result is None:
+            return
+        bits = record.options.get("quantize")
+        if bits is None:
+            return
+        try:
+            queued = await self.submit(QuantizeRequest(kind="quantize", model=record.result.model, bits=bits))
+        except (InvalidRequest, AdmissionRefused, CannotRecord) as exc:
+            logger.warning("job %s: the quantize job after the pull was refused: %s", job_id, exc)
+            return
+        logger.info("job %s: pulled %s; quantize job %s queued", job_id, record.model, queued.id)
 
     def _find_model(self, name: str) -> tuple[ModelSpec, Path] | None:
         spec = self.pool.resolve_exact(name)

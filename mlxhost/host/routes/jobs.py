@@ -21,7 +21,7 @@ from mlxhost.host.jobs.store import StoreFailed
 from mlxhost.host.jobs.tail import job_event_stream
 from mlxhost.host.state import parent_state
 from mlxhost.runtime.body import read_body
-from mlxhost.wire.admin.job_requests import parse_job_request
+from mlxhost.wire.admin.job_requests import parse_job_request, parse_pull_request
 from mlxhost.wire.admin.jobs import JobRecord
 from mlxhost.wire.errors import APIError, InvalidRequest, NotFound, ServiceUnavailable
 from mlxhost.wire.inert import excerpt
@@ -91,6 +91,17 @@ async def submit(request: Request) -> Response:
 
 
 @_store_errors
+async def pull_model(request: Request) -> Response:
+    """POST /admin/models/pull: a pull job (the same line, store and tail as every job); a pull of
+    a repo already being pulled answers with that job."""
+    runner = _runner(request)
+    state = parent_state(request)
+    body = await read_body(request, MAX_JOB_BODY, state.settings.body_timeout)
+    record = await runner.submit(parse_pull_request(body))
+    return JSONResponse(record.to_json(), status_code=202, headers={"location": f"/admin/jobs/{record.id}"})
+
+
+@_store_errors
 async def list_jobs(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [r.to_json() for r in _runner(request).all()]})
 
@@ -142,6 +153,7 @@ def _resume_point(request: Request) -> int:
 
 job_routes = [
     Route("/admin/jobs", submit, methods=["POST"]),
+    Route("/admin/models/pull", pull_model, methods=["POST"]),
     Route("/admin/jobs", list_jobs, methods=["GET"]),
     Route("/admin/jobs/{job}", show, methods=["GET"]),
     Route("/admin/jobs/{job}/cancel", cancel, methods=["POST"]),

@@ -12,6 +12,9 @@ worker with requests in flight, or waited for, is never chosen. A ready model un
 TTL is unloaded.
 
 Models can join while the host runs: a managed job's output (`register`), served like any other.
+A configured model whose files are still being pulled from the hub is pending (`wait_for`): it is
+listed, a request for it is told it is downloading (503, retry later), and it loads once its files
+`arrived` (or keeps telling why its pull failed).
 No worker starts while a job holds the exclusive execution lease (`spawn_gate`).
 
 Once the preloaded models are up, the pool keeps `standby_workers` warm interpreters
@@ -41,7 +44,9 @@ from mlxhost.host.workers.standby import StandbyPool
 from mlxhost.host.workers.status import WorkerState, WorkerUnavailable
 from mlxhost.host.workers.supervisor import Supervisor
 from mlxhost.catalog.spec import ModelSpec
+from mlxhost.catalog.sources import refresh_kinds
 from mlxhost.wire.admin import ModelEvicted, ModelRecord
+from mlxhost.wire.admin.state import DownloadRecord
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.launch import SessionProgress
 
@@ -81,6 +86,8 @@ class ModelPool:
         self._runtime_dir = runtime_dir
         self._tg = task_group
         self._names = {name: spec for spec in specs for name in spec.names}
+        self._pending: dict[str, DownloadRecord] = {}  # model id → its serve-time pull
+        self._arrived: dict[str, anyio.Event] = {}
         self._resident: dict[str, Supervisor] = {}
         self._cold_start = anyio.Lock()
         self._socket_ids = iter(range(1, 1 << 30))
@@ -161,6 +168,35 @@ class ModelPool:
             self._retire(supervisor, "deleted")
             self._tg.start_soon(supervisor.stop, True)
 
+    def wait_for(self, model_id: str, download: DownloadRecord) -> None:
+        """`model_id`'s files are being pulled: requests are told so until they `arrived`."""
+        self._pending[model_id] = download
+        self._arrived.setdefault(model_id, anyio.Event())
+
+    def is_pending(self, model_id: str) -> bool:
+        return model_id in self._pending
+
+    def pending(self, model_id: str) -> DownloadRecord | None:
+        return self._pending.get(model_id)
+
+    def pending_for(self, repo: str) -> list[str]:
+        """The pending models whose files are `repo`'s."""
+        return [model_id for model_id, download in self._pending.items() if download.repo.partition("@")[0] == repo]
+
+    def arrived(self, model_id: str, path: Path) -> None:
+        """The pulled files of a pending model are at `path`: it serves from now on."""
+        self._paths[model_id] = path
+        self._pending.pop(model_id, None)
+        refresh_kinds()  # what it serves is read from its files, which are there now
+        event = self._arrived.pop(model_id, None)
+        if event is not None:
+            event.set()
+
+    async def wait_arrived(self, model_id: str) -> None:
+        event = self._arrived.get(model_id)
+        if event is not None:
+            await event.wait()
+
     def supervisors(self) -> list[Supervisor]:
         return list(self._resident.values())
 
@@ -170,6 +206,8 @@ class ModelPool:
     async def preload(self) -> None:
         """Start the models marked to preload (by default the default model) and wait for them."""
         wanted = [s for s in self.specs if s.preload or (s.preload is None and s is self.default)]
+        # One still downloading loads when its files arrive (see `preload_when_arrived`).
+        wanted = [s for s in wanted if s.id not in self._pending]
         for spec in wanted[: self.settings.max_resident]:
             try:
                 with anyio.fail_after(self.settings.load_timeout + 1):
@@ -179,11 +217,26 @@ class ModelPool:
         if self.standby is not None:
             self.standby.start()  # now, not while the first workers import the same libraries
 
+    async def preload_when_arrived(self, model_id: str) -> None:
+        """Load a pending model that preloads as soon as its files are in."""
+        await self.wait_arrived(model_id)
+        spec = self._names.get(model_id)
+        if spec is None or self._closed or not (spec.preload or (spec.preload is None and spec is self.default)):
+            return
+        try:
+            with anyio.fail_after(self.settings.load_timeout + 1):
+                await self.acquire(spec)
+        except (WorkerUnavailable, TimeoutError) as exc:
+            logger.error("model %s did not load after its pull: %s", spec.id, exc)
+
     async def acquire(self, spec: ModelSpec) -> Supervisor:
         """A ready worker for `spec`, starting it if it is not resident.
 
         It returns without a checkpoint once the worker is ready: lease it at once.
         """
+        download = self._pending.get(spec.id)
+        if download is not None:
+            raise _downloading(spec.id, download)
         while True:
             supervisor = self._resident.get(spec.id)
             try:
@@ -228,6 +281,7 @@ class ModelPool:
                 path=str(self._paths[spec.id]),
                 resident=spec.id in self._resident,
                 default=spec is self.default,
+                download=self._pending.get(spec.id),
             )
             for spec in self.specs
         ]
@@ -317,3 +371,18 @@ class ModelPool:
                     logger.info("unloading %s: unused for %gs", supervisor.id, ttl)
                     self._retire(supervisor, "idle_ttl")
                     self._tg.start_soon(supervisor.stop, True)
+
+
+def _downloading(model_id: str, download: DownloadRecord) -> WorkerUnavailable:
+    if download.state == "failed":
+        return WorkerUnavailable(
+            f"the model '{model_id}' could not be pulled from the hub: {download.error}",
+            code="model_download_failed",
+        )
+    done = f"{download.done_bytes / download.total_bytes:.0%} of " if download.total_bytes else ""
+    size = f"{download.total_bytes / 1e9:.2f} GB" if download.total_bytes else "its files"
+    return WorkerUnavailable(
+        f"the model '{model_id}' is still downloading ({done}{size} from {download.repo}); try again shortly",
+        code="model_downloading",
+        retry_after=5.0,
+    )

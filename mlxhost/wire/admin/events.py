@@ -11,7 +11,7 @@ from mlxhost.wire.admin.state import ExitRecord, Outcome, RankRecord
 from mlxhost.wire.launch import MemoryReading
 from mlxhost.wire.sse import END_HOST_STOPPING, END_LAGGED  # why a stream ended: here too, for the console
 
-__all__ = ["AdminEvent", "AdmissionRejected", "END_HOST_STOPPING", "END_LAGGED", "EVENT_TYPES", "ExecutionChanged", "HostStarted", "HostStopping", "JobFinished", "JobProgressed", "JobQueued", "JobStarted", "ModelEvicted", "SessionClosed", "SessionOpened", "SessionProgressed", "StreamLagged", "StreamReset", "UnknownEvent", "WorkerExhausted", "WorkerExited", "WorkerMemory", "WorkerReady", "WorkerRestarting", "WorkerSpawned", "parse_event"]
+__all__ = ["AdminEvent", "AdmissionRejected", "END_HOST_STOPPING", "END_LAGGED", "EVENT_TYPES", "ExecutionChanged", "HostStarted", "HostStopping", "JobFinished", "JobProgressed", "JobQueued", "JobStarted", "ModelDownload", "ModelEvicted", "SessionClosed", "SessionOpened", "SessionProgressed", "StreamLagged", "StreamReset", "UnknownEvent", "WorkerExhausted", "WorkerExited", "WorkerMemory", "WorkerReady", "WorkerRestarting", "WorkerSpawned", "parse_event"]
 
 
 
@@ -156,6 +156,35 @@ class ModelEvicted(AdminEvent):
     TYPE: ClassVar[str] = "model.evicted"
     model: str
     reason: str  # max_resident, memory_budget or idle_ttl
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDownload(AdminEvent):
+    """A model's files coming from the Hugging Face Hub: at start, about once a second, and at the end.
+
+    `model` is the name it is served by once here (the repo id; a configured model that names the
+    repo says so in /admin/state's `download`); `state` is "downloading" until it is "done",
+    "failed" or "cancelled" (with `error`).
+    """
+
+    TYPE: ClassVar[str] = "model.download"
+    model: str
+    repo: str
+    state: str
+    done_bytes: int
+    total_bytes: int
+    bytes_per_s: float = 0.0
+    file: str | None = None  # the file being fetched
+    job: str | None = None  # the pull job that fetches it
+    error: str | None = None
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any]) -> JSON:
+        return super()._decode({"bytes_per_s": 0.0, "file": None, "job": None, "error": None, **data})
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.done_bytes / self.total_bytes) if self.total_bytes > 0 else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -351,7 +380,7 @@ EVENT_TYPES: Mapping[str, type[AdminEvent]] = {
     for cls in (
         HostStarted, HostStopping,
         WorkerSpawned, WorkerReady, WorkerExited, WorkerRestarting, WorkerExhausted, WorkerMemory,
-        ModelEvicted,
+        ModelEvicted, ModelDownload,
         SessionOpened, SessionProgressed, SessionClosed,
         AdmissionRejected,
         JobQueued, JobStarted, JobProgressed, JobFinished, ExecutionChanged,

@@ -7,6 +7,8 @@ once. Paths are checked on the host (`mlxhost.host.jobs.requests`); here only th
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -16,7 +18,9 @@ from mlxhost.wire.inert import excerpt
 
 __all__ = [
     "DEFAULT_NUM_LAYERS",
-    "FinetuneRequest", "FuseRequest", "JobRequest", "QuantizeRequest", "parse_job_request"]
+    "FinetuneRequest", "FuseRequest", "JobRequest", "PullRequest", "QuantizeRequest", "parse_job_request",
+    "parse_pull_request",
+]
 
 _NAME = Field(min_length=1, max_length=256)
 DEFAULT_NUM_LAYERS = 16  # mlx_lm.lora's
@@ -54,15 +58,40 @@ class QuantizeRequest(_Request):
     group_size: Literal[32, 64, 128] = 64
 
 
+# A Hugging Face repo id as the hub takes one (owner/name, each of letters, digits, - _ .), and
+# optionally @revision (a branch, tag or commit).
+REPO_REFERENCE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(@[A-Za-z0-9_./-]{1,255})?$"
+
+
+class PullRequest(_Request):
+    """A model from the Hugging Face Hub (POST /admin/models/pull); `quantize` converts it after."""
+
+    kind: Literal["pull"]
+    model: Annotated[str, Field(pattern=REPO_REFERENCE)]  # owner/name[@revision]
+    quantize: Literal[2, 3, 4, 5, 6, 8] | None = None  # a transformers checkpoint, quantized by a job after
+
+    @property
+    def repo(self) -> str:
+        return self.model.partition("@")[0]
+
+    @property
+    def revision(self) -> str:
+        return self.model.partition("@")[2] or "main"
+
+    def options(self) -> dict[str, Any]:
+        return {"repo": self.repo, "revision": self.revision, "quantize": self.quantize}
+
+
 class FuseRequest(_Request):
     kind: Literal["fuse"]
     adapter: Annotated[str, _NAME]  # a succeeded fine-tune's job id
     model: Annotated[str, _NAME] | None = None  # default: the fine-tune's model
 
 
-JobRequest = FinetuneRequest | QuantizeRequest | FuseRequest
+JobRequest = FinetuneRequest | QuantizeRequest | FuseRequest | PullRequest
 _ADAPTER: TypeAdapter[JobRequest] = TypeAdapter(Annotated[JobRequest, Field(discriminator="kind")])
-KINDS = ("finetune", "quantize", "fuse")
+KINDS = ("finetune", "quantize", "fuse", "pull")
+_PULL: TypeAdapter[PullRequest] = TypeAdapter(PullRequest)
 
 
 def parse_job_request(body: bytes) -> JobRequest:
@@ -71,6 +100,34 @@ def parse_job_request(body: bytes) -> JobRequest:
         return _ADAPTER.validate_json(body)
     except ValidationError as exc:
         raise _invalid(exc) from None
+
+
+def parse_pull_request(body: bytes) -> PullRequest:
+    """POST /admin/models/pull's body ({"model": "owner/name[@revision]", "quantize": 4}) as a pull job."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    model = data.get("model")
+    if isinstance(model, str) and not re.match(REPO_REFERENCE, model):
+        raise InvalidRequest(
+            f"model: '{excerpt(model)}' is not a Hugging Face repo id (owner/name, optionally @revision)",
+            param="model",
+        )
+    try:
+        return _PULL.validate_python({**data, "kind": "pull"})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        param = excerpt(".".join(str(part) for part in error["loc"])) or None
+        if error["type"] == "missing":
+            raise InvalidRequest(f"missing required option '{param}'", param=param, code="missing_parameter") from None
+        if error["type"] == "extra_forbidden":
+            raise InvalidRequest(
+                f"unknown option '{param}' for a pull", param=param, code="unsupported_parameter"
+            ) from None
+        raise InvalidRequest(f"{param}: {error['msg']}", param=param) from None
 
 
 def _invalid(exc: ValidationError) -> InvalidRequest:

@@ -56,6 +56,7 @@ class JobKind(StrEnum):
     FINETUNE = "finetune"  # LoRA adapters for a model, from a dataset directory
     QUANTIZE = "quantize"  # a quantized copy of a model
     FUSE = "fuse"  # a finished fine-tune's adapters fused into its base model
+    PULL = "pull"  # a model's files from the Hugging Face Hub into the local cache (no lease)
 
 
 class JobState(StrEnum):
@@ -74,12 +75,18 @@ class JobState(StrEnum):
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.INTERRUPTED})
 
 
-_OPTIONAL = ("train_loss", "val_loss", "learning_rate", "iterations_per_s", "tokens_per_s", "peak_memory_bytes")
+_OPTIONAL = (
+    "train_loss", "val_loss", "learning_rate", "iterations_per_s", "tokens_per_s", "peak_memory_bytes",
+    "bytes_per_s", "file",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
 class JobProgress(Record):
-    """Where a running job is: the latest `progress` line of its log, folded."""
+    """Where a running job is: the latest `progress` line of its log, folded.
+
+    A pull counts bytes: `iteration` of `total` bytes, at `bytes_per_s`, fetching `file`.
+    """
 
     iteration: int
     total: int
@@ -89,6 +96,8 @@ class JobProgress(Record):
     iterations_per_s: float | None = None
     tokens_per_s: float | None = None
     peak_memory_bytes: int | None = None
+    bytes_per_s: float | None = None  # a pull's rate
+    file: str | None = None  # the file a pull fetches
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:

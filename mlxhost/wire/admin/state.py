@@ -11,7 +11,7 @@ from mlxhost.wire.admin.record import JSON, Record, field_names, optional
 from mlxhost.wire.inert import MESSAGE_CHARS, excerpt
 from mlxhost.wire.launch import MemoryReading, SpeculationReading
 
-__all__ = ["AdmissionRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "RankRecord", "SessionRecord", "SessionsRecord", "StandbyRecord", "WorkerRecord"]
+__all__ = ["AdmissionRecord", "DownloadRecord", "ExecutionRecord", "ExitRecord", "HostRecord", "HostState", "ModelRecord", "Outcome", "RankRecord", "SessionRecord", "SessionsRecord", "StandbyRecord", "WorkerRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,19 +144,42 @@ class StandbyRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DownloadRecord(Record):
+    """A configured model's files still coming from the hub (a serve-time pull), or why they did not."""
+
+    repo: str
+    state: str  # "downloading" or "failed"
+    done_bytes: int = 0
+    total_bytes: int = 0
+    bytes_per_s: float = 0.0
+    job: str | None = None  # the pull job fetching it
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelRecord(Record):
     id: str
     aliases: tuple[str, ...]
     path: str
     resident: bool
     default: bool
+    download: DownloadRecord | None = None  # while its files are being pulled (or failed to be)
 
     def _encode(self) -> JSON:
-        return super()._encode() | {"aliases": list(self.aliases)}
+        data = super()._encode() | {"aliases": list(self.aliases)}
+        if self.download is None:
+            del data["download"]  # as before models could be pulled
+        else:
+            data["download"] = self.download.to_json()
+        return data
 
     @classmethod
     def _decode(cls, data: Mapping[str, Any]) -> JSON:
-        return super()._decode(data) | {"aliases": tuple(data["aliases"])}
+        download = data.get("download")
+        return super()._decode({**data, "download": None}) | {
+            "aliases": tuple(data["aliases"]),
+            "download": None if download is None else DownloadRecord.from_json(download),
+        }
 
 
 # A session record's fields left out of its JSON when they hold these.
