@@ -201,6 +201,12 @@ class AdminClient:
         body |= {name: value for name, value in options.items() if value is not None}
         return JobRecord.from_json(_checked(await self._http.post("/admin/jobs", json=body)).json())
 
+    async def pull_model(self, model: str, quantize: int | None = None) -> JobRecord:
+        """Ask the host to pull `model` (owner/name[@revision]) as a job (POST /admin/models/pull);
+        the job already pulling it, if there is one."""
+        body: dict[str, Any] = {"model": model, **({"quantize": quantize} if quantize is not None else {})}
+        return JobRecord.from_json(_checked(await self._http.post("/admin/models/pull", json=body)).json())
+
     async def jobs(self) -> list[JobRecord]:
         """The jobs the host keeps, newest first."""
         listing = _checked(await self._http.get("/admin/jobs")).json()

@@ -37,6 +37,7 @@ __all__ = [
     "TailPrinter",
     "outcome_line",
     "progress_line",
+    "pull_on_host",
     "render_job",
     "render_jobs",
     "run_jobs",
@@ -90,6 +91,48 @@ def run_jobs(action: str, url: str | None, unix: str | None, token: str | None, 
     except _Exit as exc:
         print(f"mlxhost: {exc}", file=sys.stderr)
         return exc.status
+
+
+def pull_on_host(
+    repo: str,
+    revision: str,
+    url: str | None,
+    unix: str | None,
+    token: str | None,
+    *,
+    quiet: bool = False,
+    quantize: int | None = None,
+    dtype: str | None = None,
+) -> int:
+    """`mlxhost pull --url URL REPO`: the host pulls it as a job, and this follows the job to its end."""
+    if dtype is not None:
+        print("mlxhost: --dtype is for a pull on this machine; a host's pull takes --quantize", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        target = find_target(url, unix, token)
+    except HostNotFound as exc:
+        print(f"mlxhost: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    model = repo if revision == "main" else f"{repo}@{revision}"
+    try:
+        record = _call(target, lambda client: client.pull_model(model, quantize))
+        if not quiet:
+            print(f"pull job {record.id} on {target.describe()} ({record.state})", file=sys.stderr)
+            return _tail(target, record.id, sys.stderr)
+        return _wait_quietly(target, record.id)
+    except _Exit as exc:
+        print(f"mlxhost: {exc}", file=sys.stderr)
+        return exc.status
+
+
+def _wait_quietly(target: Target, job_id: str) -> int:
+    while True:
+        record = _call(target, lambda client: client.job(job_id))
+        if record.job_state.terminal:
+            if record.job_state is not JobState.SUCCEEDED:
+                print(f"mlxhost: job {job_id} {record.state}: {record.error}", file=sys.stderr)
+            return EXIT_OK if record.job_state is JobState.SUCCEEDED else EXIT_FAILED
+        time.sleep(0.5)
 
 
 def _call(target: Target, request: Callable[[AdminClient], Awaitable[T]]) -> T:
@@ -278,7 +321,15 @@ class TailPrinter:
 
 
 def progress_line(progress: JobProgress, train: float | None, val: float | None, bar: bool) -> str:
-    """`iter 40/100 ████████░░░░ 40%  train 2.345  val 2.301  3.2 it/s` (the bar only if `bar`)."""
+    """`iter 40/100 ████████░░░░ 40%  train 2.345  val 2.301  3.2 it/s` (the bar only if `bar`);
+    a pull's in bytes: `312.4 MiB/2.1 GiB ████░░░░ 15%  40.1 MiB/s  model.safetensors`."""
+    if progress.bytes_per_s is not None:
+        percent = f"{progress.fraction * 100:.0f}%"
+        line = f"{size(progress.iteration)}/{size(progress.total)} " + (
+            f"{progress_bar(progress.fraction, BAR_WIDTH)} {percent}" if bar else f"({percent})"
+        )
+        line += f"  {size(progress.bytes_per_s)}/s"
+        return line + (f"  {escape_controls(progress.file)}" if progress.file else "")
     parts = [f"iter {progress.iteration}/{progress.total}"]
     percent = f"{progress.fraction * 100:.0f}%"
     parts.append(f"{progress_bar(progress.fraction, BAR_WIDTH)} {percent}" if bar else f"({percent})")

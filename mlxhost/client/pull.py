@@ -103,7 +103,7 @@ def run_pull(
         print(f"mlxhost pull: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if url is not None or unix is not None:
-        from mlxhost.client.pull_remote import pull_on_host
+        from mlxhost.client.jobs import pull_on_host
 
         return pull_on_host(repo, revision, url, unix, token, quiet=quiet, quantize=quantize, dtype=dtype)
     view = ProgressView(sys.stderr, quiet=quiet)
@@ -115,7 +115,7 @@ def run_pull(
         stop.set()
         view.close()
         print(
-            f"\nmlxhost pull: interrupted; what arrived is kept: run the same command to resume", file=sys.stderr
+            "\nmlxhost pull: interrupted; what arrived is kept: run the same command to resume", file=sys.stderr
         )
         return EXIT_INTERRUPTED
     except PullError as exc:
@@ -123,14 +123,12 @@ def run_pull(
         print(f"mlxhost pull: {exc}", file=sys.stderr)
         return EXIT_FAILED
     view.close()
+    converting = quantize is not None or dtype is not None
     if not quiet:
         took = time.monotonic() - started
-        print(
-            f"pulled {repo}@{plan.commit[:12]} ({size(plan.total)}) in {duration(took)}; serve it with: "
-            f"mlxhost serve --model {repo}",
-            file=sys.stderr,
-        )
-    if quantize is not None or dtype is not None:
+        hint = "" if converting else f"; serve it with: mlxhost serve --model {repo}"
+        print(f"pulled {repo}@{plan.commit[:12]} ({size(plan.total)}) in {duration(took)}{hint}", file=sys.stderr)
+    if converting:
         from mlxhost.client.convert import convert_here
 
         return convert_here(repo, plan.commit, folder, quantize, dtype, state_dir, quiet=quiet)

@@ -37,7 +37,7 @@ def pull(spec: LaunchedJob, partial: Path, log: JobLog, stop: Stop) -> None:
             f"pulling {repo}@{plan.commit[:12]}: {len(plan.files)} files, {plan.total} bytes "
             f"({plan.present} already in the cache)"
         )
-        log.progress(JobProgress(iteration=plan.present, total=plan.total))
+        log.progress(JobProgress(iteration=plan.present, total=plan.total, bytes_per_s=0.0))
 
     def progress(p: hub.PullProgress) -> None:
         nonlocal last
@@ -56,4 +56,4 @@ def pull(spec: LaunchedJob, partial: Path, log: JobLog, stop: Stop) -> None:
     partial.mkdir(parents=True)
     source = {"repo": repo, "revision": revision, "commit": found.commit, "path": str(folder)}
     (partial / SOURCE_FILE).write_text(json.dumps(source))
-    log.progress(JobProgress(iteration=found.total, total=found.total, file=None))
+    log.progress(JobProgress(iteration=found.total, total=found.total, bytes_per_s=0.0))

@@ -21,10 +21,16 @@ __all__ = ["quantize"]
 
 
 def quantize(spec: LaunchedJob, partial: Path, log: JobLog, stop: Stop) -> None:
-    bits = option(spec.options, "bits", int, 4)
+    dtype = spec.options.get("dtype")
+    # A dtype alone (`mlxhost pull --dtype bfloat16`) converts without quantizing.
+    bits = option(spec.options, "bits", int, 4) if spec.options.get("bits") is not None or dtype is None else None
     group_size = option(spec.options, "group_size", int, 64)
     model_directory(spec)
     log.progress(JobProgress(iteration=0, total=1))
-    log.message(f"quantizing {spec.model_path} to {bits} bits, group size {group_size}")
-    convert(spec.model_path, str(partial), quantize=True, q_bits=bits, q_group_size=group_size)
+    what = f"{bits} bits, group size {group_size}" if bits is not None else str(dtype)
+    log.message(f"converting {spec.model_path} to {what}")
+    convert(
+        spec.model_path, str(partial), quantize=bits is not None, q_bits=bits or 4, q_group_size=group_size,
+        dtype=dtype if isinstance(dtype, str) else None,
+    )  # fmt: skip
     log.progress(JobProgress(iteration=1, total=1))
