@@ -72,7 +72,7 @@ CHUNK_HASH = 1 << 20
 # huggingface_hub reads a transfer in pieces of its DOWNLOAD_CHUNK_SIZE (10 MB): progress and a
 # cancel act between pieces, so a smaller one makes both prompt (a 10 MB piece on a slow link is
 # seconds) at no measurable cost in throughput.
-TRANSFER_CHUNK = 1 << 20
+TRANSFER_CHUNK = 256 * 1024
 
 
 class PullError(Exception):
@@ -204,7 +204,12 @@ def plan(repo: str, revision: str = "main") -> PullPlan:
     from huggingface_hub import HfApi
 
     try:
-        info = HfApi().model_info(repo, revision=revision, files_metadata=True, token=_token())
+        from huggingface_hub import constants
+
+        # Its client waits forever by default: a hub that hangs must be an error, not a hang.
+        info = HfApi().model_info(
+            repo, revision=revision, files_metadata=True, token=_token(), timeout=constants.HF_HUB_ETAG_TIMEOUT
+        )
     except Exception as exc:
         raise hub_error(repo, revision, exc) from None
     siblings = {s.rfilename: s for s in info.siblings or ()}
@@ -383,39 +388,77 @@ def _fetch_file(plan: PullPlan, file: RepoFile, meter: _Meter) -> None:
     from huggingface_hub import hf_hub_download
 
     snapshot = _repo_folder(plan.repo) / "snapshots" / plan.commit / file.name
-    cached = snapshot.is_file()
-    for attempt in range(2):
+    for _attempt in range(2):
         if meter.stop.is_set():
             raise Cancelled(plan.repo, f"the pull of {plan.repo} was cancelled")
         try:
+            if file.sha256 is not None and not snapshot.is_file() and not _fetch_blob(plan, file, meter):
+                # The bytes are not what the hub's checksum says (a bad mirror, a disk that lied):
+                # they are gone, never linked or served, and the file is fetched once more.
+                with meter.lock:
+                    meter.done -= file.size
+                continue
+            # An LFS file's blob is in place (linking it costs a HEAD, no body); a small file comes whole.
             path = hf_hub_download(
-                plan.repo,
-                file.name,
-                revision=plan.commit,
-                token=_token(),
-                tqdm_class=_bar_class(meter, file.name),
-                force_download=attempt > 0,
+                plan.repo, file.name, revision=plan.commit, token=_token(), tqdm_class=_bar_class(meter, file.name)
             )
         except PullError:
             raise
         except Exception as exc:
             raise hub_error(plan.repo, plan.revision, exc, file.name) from None
-        if file.sha256 is None or _sha256(Path(path)) == file.sha256:
-            if cached and attempt == 0:
-                pass  # counted as present by the plan
-            meter.file_done(file.name)
-            return
-        # The bytes are not what the hub's checksum says (a bad mirror, a disk that lied): the
-        # blob and its link go, so that nothing serves them, and the file is fetched once more.
-        _remove_cached(Path(path))
-        with meter.lock:
-            meter.done -= file.size
-        cached = False
+        if file.sha256 is not None and _sha256(Path(path)) != file.sha256:
+            _remove_cached(Path(path))  # a blob put there by another client: not served either
+            with meter.lock:
+                meter.done -= file.size
+            continue
+        meter.file_done(file.name)
+        return
     raise PullError(
         plan.repo,
         f"{file.name} of {plan.repo} arrived twice with bytes that do not match the hub's checksum "
         f"(sha256 {file.sha256}); nothing of it is kept. Try again later, or check HF_ENDPOINT.",
     )
+
+
+def _fetch_blob(plan: PullPlan, file: RepoFile, meter: _Meter) -> bool:
+    """An LFS file's bytes into `blobs/<sha256>`, resumed from `blobs/<sha256>.incomplete`; False
+    (and nothing kept) when they do not hash to its sha256.
+
+    huggingface_hub 2.x resumes a transfer within one call, but downloads into a file named for
+    its process and deletes it when the call fails: after a Ctrl-C, a kill or a pull given up on,
+    it starts from the first byte. A model's weights are most of its bytes, so these are ours:
+    the cache's own layout (the blob named by its sha256, which is the hub's ETag for LFS files),
+    filled by huggingface_hub's own `http_get` from where the part on disk ends, checked, then
+    moved into place for `hf_hub_download` to link.
+    """
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    assert file.sha256 is not None
+    blobs = _repo_folder(plan.repo) / "blobs"
+    blob = blobs / file.sha256
+    if blob.is_file():
+        return True
+    blobs.mkdir(parents=True, exist_ok=True)
+    partial = blob.with_name(blob.name + ".incomplete")
+    with partial.open("ab") as out:
+        have = out.tell()
+        if have > file.size:  # not this file's: start again
+            out.seek(0)
+            out.truncate()
+            have = 0
+        if have < file.size:
+            url = hf_hub_url(plan.repo, file.name, revision=plan.commit, endpoint=constants.ENDPOINT)
+            http_get(
+                url, out, resume_size=have, headers=build_hf_headers(token=_token()), expected_size=file.size,
+                displayed_filename=file.name, tqdm_class=_bar_class(meter, file.name),
+            )  # fmt: skip
+    if _sha256(partial) != file.sha256:
+        partial.unlink(missing_ok=True)
+        return False
+    os.replace(partial, blob)
+    return True
 
 
 def _remove_cached(link: Path) -> None:

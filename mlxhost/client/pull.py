@@ -14,6 +14,7 @@ argument, 130 interrupted (what arrived is kept: the same command resumes).
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -54,9 +55,11 @@ class ProgressView:
         if self.terminal:
             from tqdm import tqdm
 
+            # The terminal's width now (a terminal of unknown size, as some ptys are, gets 80).
+            width = shutil.get_terminal_size((80, 24)).columns or 80
             self._bar = tqdm(
                 total=plan.total, initial=plan.present, unit="B", unit_scale=True, unit_divisor=1024,
-                file=self.stream, dynamic_ncols=True, leave=True, mininterval=0.2,
+                file=self.stream, ncols=width, leave=True, mininterval=0.2,
             )  # fmt: skip
 
     def update(self, progress: PullProgress) -> None:
