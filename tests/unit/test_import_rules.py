@@ -199,6 +199,7 @@ FLOORS = {
         ["mlxhost.host.workers"],
         ["mlxhost.host.serving"],
         ["mlxhost.host.jobs"],
+        ["mlxhost.host.downloads"],
         ["mlxhost.host.state"],
         ["mlxhost.host.routes"],
         ["mlxhost.host.app", "mlxhost.host.serve"],
