@@ -84,7 +84,7 @@ class Settings:
     model: tuple[ModelSpec, ...] = _option(
         (),
         model_list,
-        "a model to serve: a directory, a Hugging Face repo id already in the local cache, or "
+        "a model to serve: a directory, a Hugging Face repo id (pulled first when not in the cache), or "
         "ID=PATH; repeat for several (default: the built-in demo model)",
         repeat=True,
     )

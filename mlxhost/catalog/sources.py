@@ -36,7 +36,7 @@ def model_specs(settings: Settings) -> tuple[ModelSpec, ...]:
     logger.warning(
         "no --model given: serving the built-in demo model (random weights, so its output is "
         "gibberish) from %s. To serve a real model: mlxhost serve --model /path/to/mlx-model "
-        "(or a Hugging Face repo id already in the local cache).",
+        "(or a Hugging Face repo id: mlxhost pull REPO fetches one, and serve pulls one it lacks).",
         path,
     )
     embedder = ensure_demo_model(size="tiny", task="embed")

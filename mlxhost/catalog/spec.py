@@ -60,7 +60,7 @@ class ModelSpec:
     """
 
     id: str
-    path: str  # a model directory, or a Hugging Face repo id already in the local cache
+    path: str  # a model directory, or a Hugging Face repo id (pulled at start when not in the cache)
     aliases: tuple[str, ...] = ()
     preload: bool | None = None  # None: the default (first) model preloads, others on demand
     idle_ttl: float | None = None  # seconds unused before it is unloaded; None: the host's idle_ttl
