@@ -2,9 +2,9 @@
 
 The admin API's state snapshot and its events, as the records of `mlxhost.wire.admin`, fold into
 one `ConsoleModel` (`load` a snapshot, `apply` an event, or `ingest` both as the network loop
-receives them) that holds the host, its workers, sessions, admission gauges and managed jobs
-(mlxhost_tui.parts) and tells the event log what to add. The widgets only draw it. Nothing here
-does I/O or imports Textual, so the fold is tested on its own.
+receives them) that holds the host, its workers, sessions, admission gauges, managed jobs and the
+models' downloads (mlxhost_tui.parts) and tells the event log what to add. The widgets only draw
+it. Nothing here does I/O or imports Textual, so the fold is tested on its own.
 
 Times are wall-clock seconds: a snapshot's ages count back from `now`, an event's times come from
 its `at` (so events replayed after a reconnect keep their own times).
@@ -25,6 +25,7 @@ from mlxhost.wire.admin import (
     JobProgressed,
     JobQueued,
     JobStarted,
+    ModelDownload,
     ModelEvicted,
     SessionClosed,
     SessionOpened,
@@ -39,7 +40,8 @@ from mlxhost.wire.admin import (
     WorkerSpawned,
 )
 from mlxhost.wire.inert import CONTROLS  # the same characters the host escapes: none reach the terminal
-from mlxhost_tui.parts import Gauge, HostInfo, JobRow, SessionRow, WorkerRow, event_time
+from mlxhost.wire.admin.jobs import TERMINAL_STATES
+from mlxhost_tui.parts import DownloadRow, Gauge, HostInfo, JobRow, SessionRow, WorkerRow, event_time
 
 __all__ = ["QUIET_EVENTS", "ConsoleModel", "LogEntry", "Note", "host_identity", "strip_controls"]
 
@@ -47,6 +49,7 @@ __all__ = ["QUIET_EVENTS", "ConsoleModel", "LogEntry", "Note", "host_identity", 
 QUIET_EVENTS = (SessionProgressed, WorkerMemory, JobProgressed)
 WORKER_EVENTS = (WorkerSpawned, WorkerReady, WorkerExited, WorkerRestarting, WorkerExhausted, WorkerMemory)
 JOB_EVENTS = (JobStarted, JobProgressed, JobFinished)
+DOWNLOADING = "downloading"  # a download's state until it ends
 
 _T = TypeVar("_T")
 
@@ -120,6 +123,8 @@ class ConsoleModel:
         self.gauges: dict[str, Gauge] = {}
         self.jobs: dict[str, JobRow] = {}  # newest first, as the host lists them
         self.standby: tuple[StandbyRecord, ...] = ()  # warm interpreters; only snapshots report them
+        self.downloads: dict[str, DownloadRow] = {}  # by model: files coming from the hub, or why not
+        self._downloads_logged: set[tuple[str, str | None]] = set()  # (model, job): started, not ended
 
     @classmethod
     def from_snapshot(cls, state: HostState, now: float) -> ConsoleModel:
@@ -154,6 +159,8 @@ class ConsoleModel:
             if self.identity is not None:
                 note = Note(f"a new host, pid {identity[0]}")
                 self.workers.clear()  # its workers' history is not theirs
+                self.downloads.clear()
+                self._downloads_logged.clear()
             self.identity, self.seq, self.logged = identity, 0, 0
         stale = state.seq < self.seq
         self._load_workers(state, now, stale)
@@ -161,6 +168,7 @@ class ConsoleModel:
         self._load_gauges(state)
         if not stale:
             self._load_jobs(state)  # events report all a job does: an older snapshot has nothing new
+            self._load_downloads(state)  # and all a download does
             self.standby = state.standby
             self.host = HostInfo.from_state(state, now)
             self.seq = state.seq
@@ -180,16 +188,26 @@ class ConsoleModel:
             self._apply_worker(event)
             self._apply_session(event)
             self._apply_job(event)
+            self._apply_download(event)
             if isinstance(event, AdmissionRejected):
                 self.gauges.setdefault(event.model, Gauge(event.model)).on_event(event)
             if self.host is not None:
                 self.host.on_event(event)
+        if new_to_log and isinstance(event, ModelDownload):
+            return self._download_news(event)
         return new_to_log and not isinstance(event, QUIET_EVENTS)
 
     def expire(self, now: float) -> None:
         """Forget the sessions that closed long enough ago."""
         for key in [k for k, s in self.sessions.items() if s.expired(now)]:
             del self.sessions[key]
+
+    def download_of(self, model: str, repo: str, job: str | None) -> DownloadRow | None:
+        """The download `model`'s name, or `repo` by `job`, is shown as: a serve-time pull's events
+        may name the repo where the snapshot names the configured model it is for."""
+        if (download := self.downloads.get(model)) is not None:
+            return download
+        return next((d for d in self.downloads.values() if d.same(repo, job)), None)
 
     def session_of(self, entry: LogEntry) -> SessionRow | None:
         """The row of the session a log entry is about, if it is about one still shown."""
@@ -268,6 +286,36 @@ class ConsoleModel:
         # The host lists the latest jobs: one it no longer lists is gone from here too.
         self.jobs = jobs
 
+    def _load_downloads(self, state: HostState) -> None:
+        """The snapshot's downloads, as the host has them; a finished one is gone from it.
+
+        A download that ended well stays, shown done, until this (the next) snapshot: its
+        worker spawns after the event, and until then the row keeps the model's place rather than
+        vanish short of its end. One that failed stays while the host says so of its model. A pull
+        job's download of a repo that no configured model names is only in the events: it stays
+        while its job runs, and once it ends the jobs pane keeps its outcome.
+        """
+        downloads: dict[str, DownloadRow] = {}
+        for record in state.models:
+            if (pulled := record.download) is None:
+                continue
+            download = self.download_of(record.id, pulled.repo, pulled.job)
+            if download is None:
+                download = DownloadRow.from_record(record.id, pulled)
+            else:
+                download.model = record.id  # the configured model's name, rather than its repo
+                download.update(pulled)
+            downloads[record.id] = download
+        configured = {record.id for record in state.models}
+        running = {job.id for job in state.jobs if job.state not in TERMINAL_STATES}
+        kept = {id(download) for download in downloads.values()}
+        for name, download in self.downloads.items():
+            if name in configured or id(download) in kept or download.ended:
+                continue
+            if download.job is None or download.job in running:
+                downloads[name] = download
+        self.downloads = downloads
+
     # -- events, by what they are about ----------------------------------------------------
 
     def _apply_worker(self, event: AdminEvent) -> None:
@@ -300,9 +348,34 @@ class ConsoleModel:
             return
         if isinstance(event, JOB_EVENTS):
             job = self.jobs.get(event.job)
+        elif isinstance(event, ModelDownload) and event.job is not None:
+            job = self.jobs.get(event.job)  # a pull's rate and file
         elif isinstance(event, ExecutionChanged):
             job = self.jobs.get(event.owner)
         else:
             return
         if job is not None:
             job.on_event(event)
+
+    def _apply_download(self, event: AdminEvent) -> None:
+        match event:
+            case ModelDownload(model=model, repo=repo, job=job):
+                download = self.download_of(model, repo, job)
+                if download is None:
+                    download = self.downloads[model] = DownloadRow(model, repo)
+                download.on_event(event)
+            case WorkerSpawned(model=model):
+                self.downloads.pop(model, None)  # its files are in: the model is being served
+
+    def _download_news(self, event: ModelDownload) -> bool:
+        """Whether the log shows a download's event: its start and its end, not each second's
+        progress (as a session's). One first seen mid-way (the console started late) counts as its
+        start."""
+        key = (event.model, event.job)
+        if event.state != DOWNLOADING:
+            self._downloads_logged.discard(key)
+            return True
+        if key in self._downloads_logged:
+            return False
+        self._downloads_logged.add(key)
+        return True

@@ -1,6 +1,6 @@
 """The parts of what the console shows: the host, each worker, each session, each model's
-admission gauge, each managed job, as plain data that the snapshot's records and the events update
-in place.
+admission gauge, each managed job and each model's download, as plain data that the snapshot's
+records and the events update in place.
 
 `ConsoleModel` (mlxhost_tui.model) holds them and decides which record reaches which part.
 Times are wall-clock seconds, as in the model.
@@ -25,6 +25,7 @@ from mlxhost.wire.admin import (
     JobProgressed,
     JobStarted,
     MemoryReading,
+    ModelDownload,
     ModelEvicted,
     Outcome,
     RankRecord,
@@ -41,9 +42,13 @@ from mlxhost.wire.admin import (
     WorkerRestarting,
     WorkerSpawned,
 )
-from mlxhost.wire.admin.jobs import TERMINAL_STATES, JobProgress, JobRecord, JobState
+from mlxhost.wire.admin.jobs import TERMINAL_STATES, JobKind, JobProgress, JobRecord, JobState
+from mlxhost.wire.admin.state import DownloadRecord
 
-__all__ = ["FADE_S", "LINGER_S", "Gauge", "HostInfo", "JobRow", "SessionRow", "WorkerRow", "event_time"]
+__all__ = [
+    "FADE_S", "LINGER_S", "DownloadRow", "Gauge", "HostInfo", "JobRow", "SessionRow", "WorkerRow",
+    "event_time",
+]  # fmt: skip
 
 LINGER_S = 5.0  # how long a closed session stays in the table with its outcome
 FADE_S = 2.0  # its last seconds there, it is drawn dim
@@ -325,6 +330,9 @@ class JobRow:
     execution: str | None = None  # "waiting" or "held": where it stands for the exclusive lease
     error: str | None = None
     result: str | None = None  # the model a succeeded job registered
+    # A pull's: its `iteration` and `total` count bytes.
+    bytes_per_s: float | None = None
+    file: str | None = None
 
     @classmethod
     def from_record(cls, record: JobRecord) -> JobRow:
@@ -348,6 +356,9 @@ class JobRow:
         if progress.iteration < self.iteration:
             return  # older news than what we have
         self.iteration, self.total = progress.iteration, progress.total
+        if isinstance(progress, JobProgress) and progress.bytes_per_s is not None:
+            # A pull's; job.progress events carry neither (its model.download events do).
+            self.bytes_per_s, self.file = progress.bytes_per_s, progress.file
         if progress.train_loss is not None:
             self.train_loss = progress.train_loss
             if progress.iteration > self.loss_iteration:
@@ -369,6 +380,11 @@ class JobRow:
             case JobProgressed() if not self.terminal:
                 self.state = JobState.RUNNING.value
                 self.progress(event)
+            case ModelDownload(state="downloading", done_bytes=done) if not self.terminal:
+                # A pull's rate and file come with its downloads' events (its job.progress has neither).
+                if done >= self.iteration:  # else older news than what we have
+                    self.iteration, self.total = done, event.total_bytes
+                    self.bytes_per_s, self.file = event.bytes_per_s, event.file
             case JobFinished(state=state, error=error, model=model):
                 self.state, self.error, self.result = state, error, model
                 self.ended_at, self.execution = event_time(event), None
@@ -382,6 +398,11 @@ class JobRow:
     @property
     def fraction(self) -> float:
         return min(1.0, self.iteration / self.total) if self.total > 0 else 0.0
+
+    @property
+    def pulls(self) -> bool:
+        """A pull: its progress counts bytes, not iterations, and it reports no loss."""
+        return self.kind == JobKind.PULL
 
     def shown_state(self) -> str:
         """Its state; a queued job says whether it waits for running sessions, or pauses the workers."""
@@ -401,6 +422,59 @@ class JobRow:
         """Everything a filter may match."""
         words = (self.id, self.kind, self.model, self.shown_state(), self.result or "", self.error or "")
         return " ".join(words)
+
+
+@dataclass
+class DownloadRow:
+    """A model's files coming from the Hugging Face Hub: how far, how fast, which file; or how it
+    ended. `model` is the configured model it is for, or the repo (a pull job's, which no
+    configured model names)."""
+
+    model: str
+    repo: str
+    state: str = "downloading"  # then done, failed or cancelled
+    done_bytes: int = 0
+    total_bytes: int = 0
+    bytes_per_s: float = 0.0
+    file: str | None = None  # the file being fetched (only events say)
+    job: str | None = None  # the pull job fetching it
+    error: str | None = None
+
+    @classmethod
+    def from_record(cls, model: str, record: DownloadRecord) -> DownloadRow:
+        download = cls(model, record.repo)
+        download.update(record)
+        return download
+
+    def update(self, record: DownloadRecord) -> None:
+        """What a snapshot says of it; the file it fetches stays as the last event said."""
+        self.repo, self.state, self.error = record.repo, record.state, record.error
+        self.job = record.job or self.job
+        self.done_bytes, self.total_bytes = record.done_bytes, record.total_bytes
+        self.bytes_per_s = record.bytes_per_s
+        if self.ended:
+            self.bytes_per_s, self.file = 0.0, None
+
+    def on_event(self, event: ModelDownload) -> None:
+        self.repo, self.state, self.error = event.repo, event.state, event.error
+        self.job = event.job or self.job
+        self.done_bytes, self.total_bytes = event.done_bytes, event.total_bytes
+        self.bytes_per_s = 0.0 if self.ended else event.bytes_per_s
+        self.file = None if self.ended else event.file
+
+    def same(self, repo: str, job: str | None) -> bool:
+        """Whether a download of `repo` by `job` is this one: the job, where both name one."""
+        if job is not None and self.job is not None:
+            return job == self.job
+        return repo == self.repo
+
+    @property
+    def ended(self) -> bool:
+        return self.state != "downloading"
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.done_bytes / self.total_bytes) if self.total_bytes > 0 else 0.0
 
 
 def _code(code: object) -> str | None:

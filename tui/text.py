@@ -1,5 +1,6 @@
 """The console's words and glyphs: an event as one line of the log, a clock time, a sparkline, a
-gauge bar, a job's losses. Pure functions of what the model holds; the widgets put them on the screen."""
+gauge bar, a job's losses, a download's progress. Pure functions of what the model holds; the
+widgets put them on the screen."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from mlxhost.client.human import duration, size
+from mlxhost.client.status import sizes, transfer
 from mlxhost.wire.admin import (
     AdminEvent,
     AdmissionRejected,
@@ -18,6 +20,7 @@ from mlxhost.wire.admin import (
     JobProgressed,
     JobQueued,
     JobStarted,
+    ModelDownload,
     ModelEvicted,
     SessionClosed,
     SessionOpened,
@@ -33,9 +36,9 @@ from mlxhost.wire.admin import (
 )
 
 if TYPE_CHECKING:
-    from mlxhost_tui.parts import SessionRow
+    from mlxhost_tui.parts import DownloadRow, JobRow, SessionRow
 
-__all__ = ["bar", "clock_time", "describe", "losses", "sparkline"]
+__all__ = ["bar", "clock_time", "describe", "download_progress", "losses", "pulled", "sparkline"]
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -68,6 +71,16 @@ def describe(event: AdminEvent, row: SessionRow | None = None) -> str:
             return f"{worker}: memory {size(reading.active_bytes + reading.cache_bytes)}"
         case ModelEvicted(model=model, reason=reason):
             return f"{model}: unloaded ({reason})"
+        case ModelDownload(model=model, repo=repo, state=state, total_bytes=total, error=error):
+            # Only its start and end reach the log (ConsoleModel._download_news): its row shows the rest.
+            source = "" if repo == model else f" {repo}"
+            weight = f", {size(total)}" if total else ""
+            if state == "downloading":
+                return f"{model}: downloading{source}{weight}"
+            if state == "done":
+                return f"{model}: downloaded{source}{weight}"
+            of = f" of {repo}" if source else ""
+            return f"{model}: download{of} {state}" + (f": {error}" if error else "")
         case SessionOpened(session=sid, model=model, stream=stream, kind=kind):
             how = " (stream)" if stream else ""
             return f"{sid} opened on {model}{how if kind == 'generate' else f' ({kind})'}"
@@ -111,6 +124,18 @@ def describe(event: AdminEvent, row: SessionRow | None = None) -> str:
             return "dropped by the host for reading too slowly; reconnecting"
     # A type this console does not know: its fields as they came.
     return " ".join(f"{k}={v}" for k, v in event.payload().items())
+
+
+def download_progress(download: DownloadRow) -> str:
+    """`45% 1.2/2.3 GiB 40.0 MiB/s`; a finished download, all of it, whatever the last tick said."""
+    if download.state == "done" and download.total_bytes:
+        return transfer(download.total_bytes, download.total_bytes)
+    return transfer(download.done_bytes, download.total_bytes, download.bytes_per_s)
+
+
+def pulled(job: JobRow) -> str:
+    """Where a pull job is, in bytes: `312.4 MiB/2.1 GiB`, as its log says it."""
+    return sizes(job.iteration, job.total) if job.total > 0 else size(job.iteration)
 
 
 def losses(train: float | None, val: float | None) -> str:

@@ -12,9 +12,10 @@ import httpx
 from mlxhost.client.admin import AdminClient, HostNotFound, Target, find_target
 from mlxhost.client.human import drafts, duration, size
 from mlxhost.wire.admin import BadRecord, ExitRecord, HostState
+from mlxhost.wire.admin.state import DownloadRecord
 from mlxhost.wire.inert import escape_controls
 
-__all__ = ["render", "run_status"]
+__all__ = ["render", "run_status", "sizes", "transfer"]
 
 
 def run_status(url: str | None, unix: str | None, token: str | None, as_json: bool) -> int:
@@ -85,17 +86,7 @@ def render(target: Target, health: dict[str, Any], state: HostState) -> str:
             ],
         ),
         "",
-        _table(
-            ["MODEL", "RESIDENT", "ACTIVE", "QUEUED", "REJECTED"],
-            [
-                [
-                    m.id + (" (default)" if m.default else ""),
-                    "yes" if m.resident else "no",
-                    *_admission(state, m.id),
-                ]
-                for m in state.models
-            ],
-        ),
+        _models(state),
         "",
         f"sessions: {len(sessions.live)} live, {sessions.closed} closed of {sessions.opened} opened",
     ]
@@ -111,6 +102,46 @@ def render(target: Target, health: dict[str, Any], state: HostState) -> str:
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in [header, *rows])
+
+
+def _models(state: HostState) -> str:
+    """The models and their admission; a DOWNLOAD column only while one's files are being pulled
+    (or failed to be), so that a host with every model in place reads as before pulls."""
+    header = ["MODEL", "RESIDENT", "ACTIVE", "QUEUED", "REJECTED"]
+    rows = [
+        [m.id + (" (default)" if m.default else ""), "yes" if m.resident else "no", *_admission(state, m.id)]
+        for m in state.models
+    ]
+    if any(m.download is not None for m in state.models):
+        header.append("DOWNLOAD")
+        for row, m in zip(rows, state.models, strict=True):
+            row.append(_download(m.download) if m.download is not None else "-")
+    return _table(header, rows)
+
+
+def _download(download: DownloadRecord) -> str:
+    """`downloading 45% 1.2/2.3 GiB 40.0 MiB/s from org/repo`, or `failed: why (org/repo)`."""
+    if download.state == "downloading":
+        progress = transfer(download.done_bytes, download.total_bytes, download.bytes_per_s)
+        return f"downloading {progress} from {download.repo}"
+    return f"{download.state}: {download.error or 'unknown'} ({download.repo})"
+
+
+def transfer(done: int, total: int, bytes_per_s: float = 0.0) -> str:
+    """A download at a glance, as the console's row and `mlxhost status` show it:
+    `45% 1.2/2.3 GiB 40.0 MiB/s`; before the hub says how much there is, what came so far."""
+    if total <= 0:
+        text = size(done)
+    else:
+        text = f"{min(100, done * 100 // total)}% {sizes(done, total)}"
+    return f"{text} {size(bytes_per_s)}/s" if bytes_per_s > 0 else text
+
+
+def sizes(done: int, total: int) -> str:
+    """`1.2/2.3 GiB`, the unit said once where both share it; `312.4 MiB/2.1 GiB` where not."""
+    done_text, total_text = size(done), size(total)
+    number, _, unit = done_text.partition(" ")
+    return f"{number}/{total_text}" if total_text.endswith(f" {unit}") else f"{done_text}/{total_text}"
 
 
 def _admission(state: HostState, model: str) -> list[str]:

@@ -150,11 +150,13 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
-def test_a_hub_id_not_in_the_cache_is_refused_without_downloading(tmp_path: Path) -> None:
-    result = run_serve("--model", "someone/some-model", env={"HF_HOME": str(tmp_path)})
+@pytest.mark.parametrize("offline", [["--offline"], []], ids=["flag", "HF_HUB_OFFLINE"])
+def test_offline_a_hub_id_not_in_the_cache_is_refused_without_downloading(tmp_path: Path, offline: list[str]) -> None:
+    env = {"HF_HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    result = run_serve("--model", "someone/some-model", *offline, env=env | ({} if offline else {"HF_HUB_OFFLINE": "1"}))
     assert result.returncode != 0
     assert "not in the local Hugging Face cache" in result.stderr
-    assert "never downloads" in result.stderr
+    assert "mlxhost pull someone/some-model" in result.stderr
 
 
 def test_a_missing_model_directory_is_refused(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from mlxhost.wire.admin import (
     JobQueued,
     JobStarted,
     MemoryReading,
+    ModelDownload,
     ModelEvicted,
     ModelRecord,
     Outcome,
@@ -119,6 +120,9 @@ EVENTS: list[AdminEvent] = [
     WorkerExhausted(worker="m", reason="its worker keeps exiting", last_exit=EXIT),
     WorkerMemory(worker="m", memory=MEMORY),
     ModelEvicted(model="m", reason="idle_ttl"),
+    ModelDownload(model="org/m", repo="org/m", state="downloading", done_bytes=10, total_bytes=100, bytes_per_s=5.0,
+                  file="model.safetensors", job="j1"),  # fmt: skip
+    ModelDownload(model="org/m", repo="org/m", state="failed", done_bytes=0, total_bytes=0, error="gated"),
     SessionOpened(session="s-1", model="m", stream=True),
     SessionProgressed(session="s-1", model="m", tokens=3, tokens_per_s=12.5),
     SessionClosed(session="s-1", model="m", tokens=3, age_ms=250, outcome=Outcome.completed("stop")),

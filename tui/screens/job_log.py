@@ -24,7 +24,7 @@ from mlxhost_tui.model import ConsoleModel, strip_controls
 from mlxhost_tui.parts import JobRow
 from mlxhost_tui.screens import TICK_S
 from mlxhost_tui.screens.confirm import ConfirmScreen
-from mlxhost_tui.text import clock_time
+from mlxhost_tui.text import clock_time, pulled
 from mlxhost_tui.widgets.jobs_table import JOB_STYLES
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ def confirm_cancel_job(screen: Screen[None], job: JobRow) -> None:
         screen.notify(f"{job.id} is already over.", severity="warning")
         return
     where = f"It is at {job.iteration}/{job.total}" if job.total else f"It is {job.shown_state()}"
+    if job.pulls and job.total:
+        where = f"It has {pulled(job)}"  # bytes, not iterations
     question = Text.assemble(
         "Cancel job ", (job.id, "bold"), f" ({job.kind} of {job.model})?\n",
         f"{where}; its process is stopped and what it made is not kept.",

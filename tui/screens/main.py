@@ -1,5 +1,5 @@
-"""The dashboard: the host's workers, admission, jobs, sessions and events, live, and the
-operator's actions on them (each asked first)."""
+"""The dashboard: the host's workers (and the models' downloads), admission, jobs, sessions and
+events, live, and the operator's actions on them (each asked first)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,15 @@ from mlxhost_tui.screens import TICK_S
 from mlxhost_tui.screens.confirm import ConfirmScreen
 from mlxhost_tui.screens.help import HelpScreen
 from mlxhost_tui.screens.job_log import JobLogScreen, confirm_cancel_job
-from mlxhost_tui.widgets import AdmissionPanel, EventLog, FilterInput, SessionsTable, StatusBar, WorkersTable
+from mlxhost_tui.widgets import (
+    AdmissionPanel,
+    DownloadsPanel,
+    EventLog,
+    FilterInput,
+    SessionsTable,
+    StatusBar,
+    WorkersTable,
+)
 from mlxhost_tui.widgets.jobs_table import JobsTable
 
 if TYPE_CHECKING:
@@ -43,8 +51,12 @@ class MainScreen(Screen[None]):
     MainScreen > *:focus {
         border-top: solid $accent;
     }
+    MainScreen > DownloadsPanel {
+        background: $surface;  /* no border: its lines are rows of the workers pane */
+    }
     MainScreen.-offline > WorkersTable, MainScreen.-offline > SessionsTable,
-    MainScreen.-offline > AdmissionPanel, MainScreen.-offline > JobsTable {
+    MainScreen.-offline > AdmissionPanel, MainScreen.-offline > JobsTable,
+    MainScreen.-offline > DownloadsPanel {
         opacity: 70%;
     }
     """
@@ -64,6 +76,7 @@ class MainScreen(Screen[None]):
         self.model = ConsoleModel()
         self.status = StatusBar(where, self.model, clock)
         self.worker_table = WorkersTable(self.model, clock)
+        self.downloads = DownloadsPanel(self.model, self.worker_table)
         self.admission = AdmissionPanel(self.model)
         self.job_table = JobsTable(self.model, clock)
         self.session_table = SessionsTable(self.model, clock)
@@ -74,6 +87,7 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield self.status
         yield self.worker_table
+        yield self.downloads
         yield self.admission
         yield self.job_table.data_bind(MainScreen.filter_text)
         yield self.session_table.data_bind(MainScreen.filter_text)
@@ -128,6 +142,7 @@ class MainScreen(Screen[None]):
             return
         self.model.expire(self.clock())
         self.worker_table.redraw()
+        self.downloads.redraw()  # after the table: its lines line up with the table's columns
         self.job_table.redraw()
         self.session_table.redraw()
         self.admission.redraw()

@@ -19,6 +19,7 @@ STATE_STYLES = {
     "running": "green",
     "completed": "green",
     "starting": "yellow",
+    "downloading": "yellow",
     "restarting": "yellow",
     "warming": "yellow",
     "unloading": "yellow",
@@ -29,6 +30,7 @@ STATE_STYLES = {
     "exited": "red",
     "exhausted": "bold red",
     "failed": "red",
+    "done": "green",
     "closed": "dim",
 }
 

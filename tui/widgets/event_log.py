@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import RichLog
 
-from mlxhost.wire.admin import AdminEvent, SessionClosed
+from mlxhost.wire.admin import AdminEvent, ModelDownload, SessionClosed
 from mlxhost_tui.parts import SessionRow, event_time
 from mlxhost_tui.text import clock_time, describe
 from mlxhost_tui.widgets.base import STATE_STYLES
@@ -69,6 +69,8 @@ def _event_style(event: AdminEvent) -> str:
         return "yellow"
     if isinstance(event, SessionClosed):
         return STATE_STYLES.get(event.outcome.kind, "")
+    if isinstance(event, ModelDownload) and event.state != "downloading":
+        return STATE_STYLES.get(event.state, "")  # done, failed or cancelled
     if kind == "worker.ready":
         return "green"
     return "cyan"

@@ -1,4 +1,5 @@
-"""The managed jobs: one line each, newest first, with a progress bar and the train loss's trend.
+"""The managed jobs: one line each, newest first, with a progress bar and the train loss's trend
+(a pull's rate, where a fine-tune's loss would be: a pull has none).
 
 Shown only while the host lists a job: most hosts never run one, and then the dashboard keeps its
 rows for the sessions and the events. Enter opens a job's log; c cancels it (the screen asks first).
@@ -12,7 +13,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 
-from mlxhost.client.human import duration
+from mlxhost.client.human import duration, size
 from mlxhost_tui.model import ConsoleModel
 from mlxhost_tui.parts import JobRow
 from mlxhost_tui.text import bar, sparkline
@@ -49,6 +50,7 @@ class JobsTable(ModelTable):
     )
     BAR_WIDTH = 8
     TREND_WIDTH = 8
+    REPO_WIDTH = 16  # a pull's repo, cut to leave its rate on an 80-column terminal
 
     filter_text: reactive[str] = reactive("")
 
@@ -76,7 +78,7 @@ class JobsTable(ModelTable):
             rows[job.id] = (
                 Text(job.id, dim),
                 Text(job.kind, dim),
-                Text(job.model, dim),
+                Text(_model(job), dim),
                 Text(state, JOB_STYLES.get(state, "")),
                 _progress(job),
                 _loss(job, self.TREND_WIDTH),
@@ -90,6 +92,16 @@ class JobsTable(ModelTable):
         return self.model.jobs.get(key) if key is not None else None
 
 
+def _model(job: JobRow) -> str:
+    """Its model; a pull's repo without its owner, cut short (the filter, the log and the job's
+    screen have it whole)."""
+    if not job.pulls:
+        return job.model
+    name = job.model.rpartition("/")[2]
+    width = JobsTable.REPO_WIDTH
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def _progress(job: JobRow) -> Text:
     if job.total <= 0:
         return Text("-", "dim")
@@ -99,8 +111,17 @@ def _progress(job: JobRow) -> Text:
 
 
 def _loss(job: JobRow, width: int) -> Text:
+    if job.pulls:
+        return _rate(job)
     if job.train_loss is None:
         return Text("-", "dim")
     text = Text(sparkline(job.losses, width).ljust(width), "cyan")
     text.append(f" {job.train_loss:.2f}")
     return text
+
+
+def _rate(job: JobRow) -> Text:
+    """A running pull's rate; once it ended, or before it says, what it fetched."""
+    if job.bytes_per_s and not job.terminal:
+        return Text(f"{size(job.bytes_per_s)}/s", justify="right")
+    return Text(size(job.iteration) if job.iteration else "-", "dim", justify="right")

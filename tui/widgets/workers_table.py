@@ -6,6 +6,7 @@ standby interpreters, with the memory they cost."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual.widgets.data_table import ColumnKey
 
 from mlxhost.client.human import duration, size
 from mlxhost.wire.admin import RankRecord
@@ -95,6 +96,11 @@ class WorkersTable(ModelTable):
             Text(""),
             Text(f"{warming} still importing" if warming else "", "dim"),
         )
+
+    def model_width(self) -> int:
+        """The MODEL column's width: the downloads' lines under the table line up with it."""
+        column = self.columns.get(ColumnKey("model"))
+        return column.content_width if column is not None else 0
 
     @property
     def selected(self) -> WorkerRow | None:
