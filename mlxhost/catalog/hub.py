@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import logging
 import os
 import shutil
 import threading
@@ -52,6 +53,7 @@ __all__ = [
     "parse_reference",
     "plan",
     "pull",
+    "pull_logged",
 ]
 
 # What mlx-lm loads (its own `_download` takes about these): configs and tokenizer files of every
@@ -490,6 +492,28 @@ def pull(
     check_space(found)
     on_plan(found)
     return found, fetch(found, on_progress, stop)
+
+
+def pull_logged(reference: str) -> Path:
+    """Pull `reference` (REPO[@REVISION]) with a log line every tenth of the way; StartupError
+    naming the repo when it cannot be."""
+    from mlxhost.errors import StartupError
+
+    repo, revision = parse_reference(reference)
+    logger = logging.getLogger("mlxhost.pull")
+    tenths = -1
+
+    def progress(p: PullProgress) -> None:
+        nonlocal tenths
+        step = int(p.done * 10 / p.total) if p.total else 10
+        if step > tenths:
+            tenths = step
+            logger.info("pulling %s: %d%% of %s at %s/s", repo, step * 10, _size(p.total), _size(p.rate))
+
+    try:
+        return pull(repo, revision, progress)[1]
+    except PullError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def hub_error(repo: str, revision: str, exc: BaseException, file: str | None = None) -> PullError:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import logging
 
-from mlxhost.config import ConfigError, Settings, binds
-from mlxhost.errors import StartupError
+import anyio.to_thread
+
+from mlxhost.catalog.hub import pull_logged
+from mlxhost.catalog.sources import is_offline, model_specs, resolve_model
 from mlxhost.catalog.tasks import detect, encoder_problem
-from mlxhost.catalog.sources import model_specs, resolve_model
+from mlxhost.config import ConfigError, Settings, binds
+from mlxhost.errors import NotDownloaded, StartupError
 from mlxhost.runtime.guard import api_keys, warn_if_exposed
 from mlxhost.runtime.listener import BindError, Listener
 from mlxhost.runtime.ready import report_ready
@@ -33,7 +36,13 @@ async def serve_in_process(settings: Settings) -> None:
     warn_if_exposed(settings, keys)
     prepare_state_dir(settings)  # its prompt caches are kept there
     spec = model_specs(settings)[0]
-    path = resolve_model(spec.path)
+    try:
+        path = resolve_model(spec.path)
+    except NotDownloaded:
+        if is_offline(settings):
+            raise
+        # One model and no host around it: pull it first (logged as it goes), then load it.
+        path = await anyio.to_thread.run_sync(pull_logged, spec.path)
     kind = detect(path).with_tasks(spec.task)
     if (problem := encoder_problem(kind)) is not None:
         raise StartupError(f"model '{spec.id}' cannot be served: {problem}")

@@ -197,3 +197,66 @@ def test_offline_serve_refuses_a_repo_it_does_not_have(hub: HubServer, tmp_path:
     with pytest.raises(RuntimeError, match="pulling is off"):
         start_host("--model", "org/elsewhere", "--offline", env=hf_env(hub, tmp_path / "cache"), timeout=30)
     assert hub.total_sent == hub.total_sent  # nothing to compare: the host never asked
+
+
+def test_in_process_serve_pulls_its_model_first(hub: HubServer, tmp_path: Path) -> None:
+    with start_host("--model", "mlx-community/tiny", "--in-process", env=hf_env(hub, tmp_path / "cache")) as host:
+        with host.http() as client:
+            assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+        assert any("pulling mlx-community/tiny: 100%" in line for line in host.log)
+
+
+def test_a_configured_model_named_by_its_repo_is_pending_beside_one_that_serves(
+    hub: HubServer, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "mlxhost.toml"
+    config.write_text(
+        f'[[model]]\nid = "local"\npath = "{tiny_model}"\n\n[[model]]\nid = "big"\npath = "{BIG}"\npreload = true\n'
+    )
+    hub.throttle(1024 * 1024)
+    try:
+        with start_host("--config", str(config), env=hf_env(hub, tmp_path / "cache")) as host, host.http() as admin:
+            health = admin.get("/health").json()
+            assert health["status"] == "ok"  # one model serves while the other comes
+            big = next(m for m in health["models"] if m["id"] == "big")
+            assert big["download"]["repo"] == BIG
+            assert admin.post("/v1/chat/completions", json=CHAT | {"model": "local"}).status_code == 200
+            waiting = admin.post("/v1/chat/completions", json=CHAT | {"model": "big"})
+            assert waiting.status_code == 503 and "retry-after" in waiting.headers
+            wait_until(
+                lambda: any(w["model"] == "big" and w["state"] == "ready" for w in admin.get("/health").json()["workers"]),
+                timeout=60,
+                interval=0.2,
+            )
+            assert admin.post("/v1/chat/completions", json=CHAT | {"model": "big"}).status_code == 200
+    finally:
+        hub.throttle(None)
+
+
+def test_a_request_never_makes_the_host_pull(hub: HubServer, host: RunningHost, admin: httpx.Client) -> None:
+    before = len(hub.requests)
+    # A repo the hub has, named by a request but configured by no one: the default model answers.
+    answer = admin.post("/v1/chat/completions", json=CHAT | {"model": "org/never-configured"})
+    assert answer.status_code == 200
+    assert len(hub.requests) == before
+
+
+def test_a_pull_with_quantize_queues_a_quantize_job_whose_model_serves(
+    hub: HubServer, admin: httpx.Client, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from mlxhost.demo import make_model
+
+    plain = make_model(tmp_path_factory.mktemp("plain") / "q", size="quantizable")
+    hub.add_repo("org/plain", plain)
+    job = pull(admin, model="org/plain", quantize=4)
+    assert wait_job(admin, job["id"], timeout=60)["state"] == "succeeded"
+    quantize = wait_until(
+        lambda: next((j for j in admin.get("/admin/jobs").json()["data"] if j["kind"] == "quantize"
+                      and j["model"] == "org/plain"), None),
+        timeout=30,
+    )  # fmt: skip
+    done = wait_job(admin, quantize["id"], timeout=240)
+    assert done["state"] == "succeeded", done
+    name = done["result"]["model"]
+    assert name == f"org/plain-q4-{quantize['id']}"
+    assert admin.post("/v1/chat/completions", json=CHAT | {"model": name}).status_code == 200
