@@ -72,6 +72,8 @@ def _models_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser
     rm = actions.add_parser("rm", help="remove a model from disk (refused while a host serves it)")
     rm.add_argument("model", metavar="MODEL", help="a repo id (owner/name) or a converted model's name")
     rm.add_argument("--state-dir", dest="rm_state_dir", help=argparse.SUPPRESS)
+    rm.add_argument("--url", dest="rm_url", help=argparse.SUPPRESS)
+    rm.add_argument("--json", dest="rm_json", action="store_true", help=argparse.SUPPRESS)
 
 
 def _where(command: argparse.ArgumentParser) -> None:

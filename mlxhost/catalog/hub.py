@@ -383,7 +383,20 @@ def fetch(
         ticking.set()
         ticker.join()
     meter.report()
+    _remember_revision(plan)
     return _repo_folder(plan.repo) / "snapshots" / plan.commit
+
+
+def _remember_revision(plan: PullPlan) -> None:
+    """`refs/<revision>` names the commit, as huggingface_hub's own downloads leave it: files
+    fetched by commit leave none, and an offline lookup of the branch (`serve --offline`, mlx-lm,
+    transformers) finds the snapshot through it."""
+    if plan.revision == plan.commit:
+        return
+    ref = _repo_folder(plan.repo) / "refs" / plan.revision
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    if not ref.is_file() or ref.read_text().strip() != plan.commit:
+        ref.write_text(plan.commit)
 
 
 def _fetch_file(plan: PullPlan, file: RepoFile, meter: _Meter) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 
 from mlxhost.catalog import hub
 from mlxhost.catalog.tasks import detect, encoder_problem
-from mlxhost.wire.layout import JOBS_DB, JOBS_DIR
+from mlxhost.wire.layout import JOBS_DB, JOBS_DIR, MODELS_DIR
 
 __all__ = [
     "HF_CACHE",
@@ -63,7 +63,6 @@ __all__ = [
 
 HF_CACHE = "hf-cache"
 STATE_DIR = "state-dir"
-MODELS_DIR = "models"  # under the state directory: models converted on this machine (as client/convert.py)
 SHORT_REVISION = 12  # hex digits of a commit shown, as `mlxhost pull` prints it
 # Kinds of job whose output is a model of its own (a pull's output names a snapshot in the cache).
 OUTPUT_KINDS = ("finetune", "quantize", "fuse")
@@ -307,7 +306,8 @@ def _cached(cache: Path) -> list[LocalModel]:
 
 def _cached_model(repo: Any) -> LocalModel:
     revisions = sorted(repo.revisions, key=lambda r: r.last_modified, reverse=True)
-    # The revision `main` names (what `mlxhost serve --model REPO` loads), else the newest one.
+    # The revision a `main` ref names (`hf download` writes one; `mlxhost pull` fetches by commit and
+    # writes none), else the newest one.
     shown = next((r for r in revisions if "main" in r.refs), revisions[0])
     path = Path(shown.snapshot_path)
     config = _config(path)

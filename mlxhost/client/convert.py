@@ -17,11 +17,11 @@ from pathlib import Path
 
 from mlxhost.runtime.children import python_module
 from mlxhost.wire.admin.jobs import JobState, LaunchedJob, parse_log_line
-from mlxhost.wire.layout import state_dir as resolve_state_dir
+from mlxhost.client.library import resolve_state_dir
+from mlxhost.wire.layout import MODELS_DIR
 
-__all__ = ["MODELS_DIR", "convert_here", "converted_name"]
+__all__ = ["convert_here", "converted_name"]
 
-MODELS_DIR = "models"  # under the state directory: models converted on this machine
 DTYPE_SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
@@ -34,7 +34,7 @@ def convert_here(
     repo: str, commit: str, snapshot: Path, bits: int | None, dtype: str | None, state_dir: str | None, *, quiet: bool
 ) -> int:
     """Convert `snapshot` (a pulled transformers checkpoint); the exit status, the model's folder on stdout."""
-    models = resolve_state_dir(_Named(state_dir)) / MODELS_DIR
+    models = resolve_state_dir(state_dir) / MODELS_DIR
     output = models / converted_name(repo, bits, dtype)
     if output.exists():
         print(f"mlxhost pull: {output} exists already: serve it (mlxhost serve --model {output}), or remove it first",
@@ -92,8 +92,3 @@ def _terminal(log: Path) -> tuple[str, str] | None:
         if event.terminal:
             return event.type, str(event.data.get("error", ""))
     return None
-
-
-class _Named:
-    def __init__(self, state_dir: str | None) -> None:
-        self.state_dir = state_dir

@@ -83,6 +83,7 @@ def discovery_file() -> Path:
 # The state directory (`state_dir`): what outlives a host. One host owns it at a time (STATE_LOCK).
 JOBS_DB = "jobs.db"  # SQLite: the job store
 JOBS_DIR = "jobs"  # one folder per job: spec.json, log.jsonl, stderr.log, output/
+MODELS_DIR = "models"  # models converted on this machine (`mlxhost pull --quantize`), one folder each
 STATE_LOCK = "lock"
 PROMPT_CACHE_DIR = "prompt-cache"  # one folder per model fingerprint: mlx-lm prompt-cache files
 

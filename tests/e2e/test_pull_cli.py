@@ -269,3 +269,15 @@ def test_quantize_converts_a_plain_checkpoint_into_a_model_of_its_own(
     config = json.loads((output / "config.json").read_text())
     assert config["quantization"]["bits"] == 4
     assert json.loads((output / "source.json").read_text())["repo"] == "org/plain"
+
+
+def test_a_pulled_repo_serves_offline_by_its_name(env: dict[str, str]) -> None:
+    """The branch's ref is written as huggingface_hub's own downloads write it, so an offline
+    lookup of the repo by name finds what was pulled by commit."""
+    assert pull(env, REPO).returncode == 0
+    found = subprocess.run(
+        [sys.executable, "-c", f"from mlxhost.catalog.sources import resolve_model; print(resolve_model({REPO!r}))"],
+        env=env | {"HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()).is_dir()
