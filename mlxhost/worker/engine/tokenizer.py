@@ -7,6 +7,13 @@ use one at once) and no lock is ever taken on the event loop.
 
 The routes refuse an oversized prompt before encoding it, by the model's context length and the
 most characters one token stands for; both are read here, once, at load.
+
+A client's text is text: a chat prompt is rendered with transformers' `sanitize_control_tokens`,
+so a control token typed in a message, a tool result, a tool's description or schema, a name or a
+system prompt is encoded as its characters, and only what the chat template itself writes becomes
+a control token (a user cannot close their turn and forge a system turn, an assistant turn or a
+tool call). Ordinary text renders to the same tokens as without it, so prefix caching is as
+before. `encode` (a completion's raw prompt) parses special tokens: that is its contract.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import anyio.to_thread
 from mlxhost.worker.engine.output import Markers
 from mlxhost.worker.engine.tool_formats import tool_format
 
-__all__ = ["ChatPrompt", "Tokenizer", "context_length", "longest_token"]
+__all__ = ["ChatPrompt", "Tokenizer", "chat_ids", "context_length", "longest_token"]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -85,8 +92,7 @@ class Tokenizer:
     async def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         def encode() -> list[int]:
             with self.lock:
-                ids = self._encoder.apply_chat_template(list(messages), add_generation_prompt=True)
-            return list(ids)
+                return chat_ids(self._encoder, list(messages))
 
         return await self._run(encode)
 
@@ -104,13 +110,11 @@ class Tokenizer:
 
         def render() -> ChatPrompt:
             with self.lock:
-                ids = list(
-                    encoder.apply_chat_template(
-                        [dict(m) for m in messages],
-                        tools=[dict(t) for t in tools] if tools else None,
-                        add_generation_prompt=True,
-                        **(template_args or {}),
-                    )
+                ids = chat_ids(
+                    encoder,
+                    [dict(m) for m in messages],
+                    [dict(t) for t in tools] if tools else None,
+                    template_args or {},
                 )
             thinking = False
             if getattr(encoder, "has_thinking", False):
@@ -136,14 +140,7 @@ class Tokenizer:
 
         def render() -> list[list[int]]:
             with self.lock:
-                return [
-                    list(
-                        encoder.apply_chat_template(
-                            [dict(m) for m in messages], add_generation_prompt=True, **template_args
-                        )
-                    )
-                    for messages in conversations
-                ]
+                return [chat_ids(encoder, [dict(m) for m in messages], None, template_args) for messages in conversations]
 
         return await self._run(render)
 
@@ -194,6 +191,37 @@ class Tokenizer:
             logger.warning("the tokenizer cannot be copied (%s); sharing it under a lock", exc)
             self.lock = threading.Lock()
             return self._encoder
+
+
+def chat_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    template_args: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """The generation prompt's ids, every string the client sent encoded as text (see the module)."""
+    args = dict(template_args or {})
+    if getattr(tokenizer, "_chat_template", None) is None:
+        return list(
+            tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, sanitize_control_tokens=True, **args
+            )
+        )
+    # mlx-lm renders a few families with a Python template of its own (deepseek_v32), which
+    # transformers' sanitizing never sees: the same marking and encoding, done around it. These
+    # are transformers' own helpers, private ones: a rename fails loudly here, at the first prompt.
+    from transformers.utils.chat_template_utils import _get_control_token_patterns, mark_control_tokens
+
+    hf = tokenizer._tokenizer
+    pattern, _ = _get_control_token_patterns(hf._get_control_tokens(hf.chat_template or ""))
+    text = tokenizer.apply_chat_template(
+        mark_control_tokens(messages, pattern),
+        tools=mark_control_tokens(tools, pattern),
+        add_generation_prompt=True,
+        tokenize=False,
+        **mark_control_tokens(args, pattern),
+    )
+    return list(hf(text, add_special_tokens=False, sanitize_control_tokens=True)["input_ids"])
 
 
 def longest_token(tokenizer: Any) -> int | None:
