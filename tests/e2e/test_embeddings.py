@@ -279,3 +279,21 @@ def test_an_encoder_mlx_embeddings_cannot_run_is_refused_at_start(tmp_path: Path
     (encoder / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
     with pytest.raises(RuntimeError, match="roberta encoder, and mlx-embeddings runs only"):
         start_host("--model", str(encoder))
+
+
+def test_rerank_blames_the_field_that_is_too_long(host: RunningHost) -> None:
+    """A query (or instruction) that leaves no room is named as such, before the documents are
+    tokenized; a document too long is named by its index, with advice rerank takes."""
+    long_text = "the weather in the north is cold " * 1400  # about 9,000 tokens: past the context
+    with host.http() as http:
+        query = http.post("/v1/rerank", json={"model": RERANK, "query": long_text, "documents": ["a"] * 1000})
+        instruction = http.post(
+            "/v1/rerank", json={"model": RERANK, "query": "q", "instruction": long_text, "documents": ["a"]}
+        )
+        document = http.post("/v1/rerank", json={"model": RERANK, "query": "q", "documents": ["a", long_text]})
+    assert query.status_code == 400 and query.json()["error"]["param"] == "query"
+    assert "shorten the query" in query.json()["error"]["message"]
+    assert instruction.status_code == 400 and instruction.json()["error"]["param"] == "instruction"
+    error = document.json()["error"]
+    assert document.status_code == 400 and error["param"] == "documents[1]"
+    assert "truncate: true" not in error["message"] and "shorten it" in error["message"]

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxhost.wire.embeddings import RerankRequest
+from mlxhost.wire.errors import InvalidRequest
 from mlxhost.wire.parsing import parse_body
 from mlxhost.worker.api.answer import CLIENT_CLOSED_REQUEST
 from mlxhost.worker.api.pooling import check_task, fit, run_pooled
@@ -29,6 +30,27 @@ SYSTEM = (
     'Note that the answer can only be "yes" or "no".'
 )
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+NO_THINKING = {"enable_thinking": False}
+
+
+async def _too_long(
+    tokenizer: Any, query: str, instruction: str, instructed: bool, fixed: int, context: int
+) -> InvalidRequest:
+    """The 400 for a query or instruction that leaves no room for any document, naming the longer."""
+    query_tokens = len(await tokenizer.encode(query))
+    instruction_tokens = len(await tokenizer.encode(instruction))
+    param, tokens = ("instruction", instruction_tokens) if instructed and instruction_tokens > query_tokens else (
+        "query", query_tokens
+    )
+    return InvalidRequest(
+        f"{param} is {tokens} tokens: with the rest of the reranking prompt every document's prompt "
+        f"would be at least {fixed} tokens, and the model's context is {context} tokens; shorten the "
+        f"{param} (rerank does not truncate)",
+        param=param,
+        code="context_length_exceeded",
+    )
 
 
 def rerank_conversation(instruction: str, query: str, document: str) -> list[dict[str, str]]:
@@ -45,9 +67,27 @@ async def rerank(request: Request) -> Response:
     tokenizer = service.engine.tokenizer
     documents = body.texts()
     instruction = body.instruction or DEFAULT_INSTRUCTION
+    # What every document's prompt holds besides the document, checked before a document is
+    # tokenized: a query too long for the context is the query's fault, said in one step, not
+    # after a thousand documents were encoded.
+    fixed = len((await tokenizer.render_many([rerank_conversation(instruction, body.query, "")], NO_THINKING))[0])
+    context = service.engine.context_length
+    if context is not None and fixed >= context:
+        raise await _too_long(tokenizer, body.query, instruction, body.instruction is not None, fixed, context)
     conversations = [rerank_conversation(instruction, body.query, d) for d in documents]
-    prompts = await tokenizer.render_many(conversations, {"enable_thinking": False})
-    prompts = fit(service, prompts, "documents", truncate=False)  # a cut prompt loses its question
+    prompts = await tokenizer.render_many(conversations, NO_THINKING)
+    for at, ids in enumerate(prompts):
+        if context is not None and len(ids) > context:
+            # No truncate here: a prompt cut to fit would lose its question, so the advice is the
+            # document's own size.
+            raise InvalidRequest(
+                f"documents[{at}] is about {len(ids) - fixed} tokens, and beside the query and "
+                f"instruction ({fixed} tokens of every prompt) at most {context - fixed} fit the "
+                f"model's context of {context} tokens: shorten it (rerank does not truncate)",
+                param=f"documents[{at}]",
+                code="context_length_exceeded",
+            )
+    prompts = fit(service, prompts, "documents", truncate=False)
     yes_no = (await tokenizer.token_id("yes"), await tokenizer.token_id("no"))
     work = await run_pooled(request, service, "score", prompts, yes_no=yes_no)
     if work is None:
