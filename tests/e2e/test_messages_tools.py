@@ -13,6 +13,7 @@ from typing import Any
 
 import anthropic
 import jsonschema_rs
+import pytest
 from anthropic.types import Message, ToolUseBlock
 
 from mlxhost.wire.anthropic import CountTokensRequest
@@ -306,3 +307,45 @@ def test_a_conversation_in_blocks_becomes_template_messages() -> None:
     )
     assert named.tool_choice == ToolChoice("named", "get_weather") and named.parallel_tool_calls
     assert named.thinking is None
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"type": "bash_20250124", "name": "bash"},
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+        {"type": "text_editor_20250124", "name": "str_replace_editor"},
+        {"type": "memory_20250818", "name": "memory"},
+    ],
+)
+def test_a_client_tool_is_offered_with_its_published_schema(client: anthropic.Anthropic, tool: dict[str, Any]) -> None:
+    """Anthropic's client tools run on the client: the model is offered them, and calls them.
+
+    The published schemas leave strings unbounded, which the random model may write until
+    max_tokens: the call is seen opening (its block in the stream), and its schema in the prompt.
+    """
+    plain = client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": "Look."}])
+    offered = client.messages.count_tokens(
+        model="tiny", messages=[{"role": "user", "content": "Look."}], tools=[tool]  # type: ignore[list-item]
+    )
+    assert offered.input_tokens > plain.input_tokens + 20  # its name, description and schema
+    with client.messages.stream(
+        model="tiny",
+        max_tokens=48,
+        messages=[{"role": "user", "content": "Look at the files here."}],
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice={"type": "tool", "name": tool["name"]},
+    ) as stream:
+        opened = [
+            e.content_block for e in stream if e.type == "content_block_start" and e.content_block.type == "tool_use"
+        ]
+    assert opened and opened[0].name == tool["name"]
+
+
+def test_a_client_tool_with_another_name_is_refused(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(
+            model="tiny", max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+            tools=[{"type": "bash_20250124", "name": "shell"}],  # type: ignore[list-item]
+        )  # fmt: skip
+    assert "tools[0].name" in str(refused.value)

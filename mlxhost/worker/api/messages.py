@@ -8,7 +8,9 @@ text; an assistant turn's `tool_use` blocks become its `tool_calls`, its `thinki
 
 What mlxhost cannot do is refused with a 400 naming the field, never dropped: image and document
 blocks, and a final assistant turn to be continued (prefill), which chat templates cannot render.
-Anthropic's server tools (web search) run on Anthropic's side: they are skipped and named in the
+Anthropic's client tools (bash, the text editor, memory) are offered to the model as Anthropic
+documents them (wire/anthropic_client_tools.py), for the client to run. Its server tools (web
+search) run on Anthropic's side: they are skipped and named in the
 answer's `x-mlxhost-ignored` header. Context editing (`context_management`) is done on the
 conversation before it renders (context_edits.py).
 """
@@ -37,6 +39,7 @@ from mlxhost.wire.anthropic import (
 )
 from mlxhost.wire.anthropic import ToolChoice as ToolChoiceBody
 from mlxhost.wire.errors import InvalidRequest
+from mlxhost.wire.anthropic_client_tools import client_tool
 from mlxhost.wire.fields import Skipped, known_type
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.parsing import parse_body, too_long
@@ -265,6 +268,18 @@ def _refused(block: Any, param: str, holder: str) -> InvalidRequest:
 def _tools(body: CountTokensRequest, skipped: Skipped) -> tuple[Tool, ...]:
     tools: list[Tool] = []
     for i, tool in enumerate(body.tools or ()):
+        if not isinstance(tool, CustomTool) and (client := client_tool(tool.type)) is not None:
+            # A tool the client runs (bash, the text editor): offered as Anthropic documents it.
+            name = (tool.model_extra or {}).get("name")
+            if name != client.name:
+                raise InvalidRequest(
+                    f"tools[{i}].name: a {tool.type} tool is named '{client.name}', not '{excerpt(str(name))}'",
+                    param=f"tools[{i}].name",
+                )
+            if any(t.name == client.name for t in tools):
+                raise InvalidRequest(f"tools[{i}].name: another tool is named '{client.name}'", param=f"tools[{i}].name")
+            tools.append(Tool(client.name, client.description, client.input_schema, param=f"tools[{i}]"))
+            continue
         if not isinstance(tool, CustomTool):
             # One of Anthropic's server tools (web search), which runs on Anthropic's side: the
             # model is not offered it here. A type no SDK knows is a mistake.
