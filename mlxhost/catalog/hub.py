@@ -24,6 +24,7 @@ import fnmatch
 import hashlib
 import logging
 import os
+import queue
 import shutil
 import threading
 import time
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = [
     "Cancelled",
@@ -74,7 +75,8 @@ CHUNK_HASH = 1 << 20
 # huggingface_hub reads a transfer in pieces of its DOWNLOAD_CHUNK_SIZE (10 MB): progress and a
 # cancel act between pieces, so a smaller one makes both prompt (a 10 MB piece on a slow link is
 # seconds) at no measurable cost in throughput.
-TRANSFER_CHUNK = 256 * 1024
+TRANSFER_CHUNK = 1 << 20
+HASH_QUEUE = 16  # pieces written and not yet hashed: at most this many megabytes held
 
 
 class PullError(Exception):
@@ -294,14 +296,18 @@ class _Meter:
         self.file: str | None = None
         self.samples: deque[tuple[float, int]] = deque([(time.monotonic(), self.done)])
 
-    def add(self, file: str, count: int) -> None:
-        if self.stop.is_set():
-            # Raised inside huggingface_hub's transfer loop, which lets it through: the transfer
-            # ends here, its bytes so far kept in the `.incomplete` file.
-            raise Cancelled(self.plan.repo, f"the pull of {self.plan.repo} was cancelled")
+    def add(self, file: str, count: int, cancels: bool = True) -> None:
+        if cancels:
+            self.check()
         with self.lock:
             self.done += count
             self.file = file
+
+    def check(self) -> None:
+        """Cancelled once `stop` is set: raised inside huggingface_hub's transfer loop, which lets
+        it through, so that the transfer ends at its next piece."""
+        if self.stop.is_set():
+            raise Cancelled(self.plan.repo, f"the pull of {self.plan.repo} was cancelled")
 
     def file_done(self, file: str) -> None:
         with self.lock:
@@ -327,8 +333,9 @@ class _Meter:
         self.on_progress(self.progress(finished))
 
 
-def _bar_class(meter: _Meter, name: str) -> type:
-    """A tqdm class for one file's transfer that shows nothing and counts into `meter`."""
+def _bar_class(meter: _Meter, name: str, cancels: bool = True) -> type:
+    """A tqdm class for one file's transfer that shows nothing and counts into `meter` (and
+    cancels the transfer there, unless its file does: see `_Hashing`)."""
     from huggingface_hub.utils import tqdm as hf_tqdm
 
     class Counted(hf_tqdm):  # type: ignore[misc,valid-type]
@@ -338,7 +345,7 @@ def _bar_class(meter: _Meter, name: str) -> type:
 
         def update(self, n: float | None = 1) -> bool | None:
             # huggingface_hub rolls a count back (a negative n) when a server ignored a resume.
-            meter.add(name, int(n or 0))
+            meter.add(name, int(n or 0), cancels)
             return None
 
     return Counted
@@ -407,25 +414,22 @@ def _fetch_file(plan: PullPlan, file: RepoFile, meter: _Meter) -> None:
         if meter.stop.is_set():
             raise Cancelled(plan.repo, f"the pull of {plan.repo} was cancelled")
         try:
-            if file.sha256 is not None and not snapshot.is_file() and not _fetch_blob(plan, file, meter):
+            # An LFS file's blob, resumed and checked as it arrives (or checked as found).
+            checked = file.sha256 is None or snapshot.is_file() or _fetch_blob(plan, file, meter)
+            if not checked:
                 # The bytes are not what the hub's checksum says (a bad mirror, a disk that lied):
                 # they are gone, never linked or served, and the file is fetched once more.
                 with meter.lock:
                     meter.done -= file.size
                 continue
             # An LFS file's blob is in place (linking it costs a HEAD, no body); a small file comes whole.
-            path = hf_hub_download(
+            hf_hub_download(
                 plan.repo, file.name, revision=plan.commit, token=_token(), tqdm_class=_bar_class(meter, file.name)
             )
         except PullError:
             raise
         except Exception as exc:
             raise hub_error(plan.repo, plan.revision, exc, file.name) from None
-        if file.sha256 is not None and _sha256(Path(path)) != file.sha256:
-            _remove_cached(Path(path))  # a blob put there by another client: not served either
-            with meter.lock:
-                meter.done -= file.size
-            continue
         meter.file_done(file.name)
         return
     raise PullError(
@@ -433,6 +437,58 @@ def _fetch_file(plan: PullPlan, file: RepoFile, meter: _Meter) -> None:
         f"{file.name} of {plan.repo} arrived twice with bytes that do not match the hub's checksum "
         f"(sha256 {file.sha256}); nothing of it is kept. Try again later, or check HF_ENDPOINT.",
     )
+
+
+class _Hashing:
+    """The file `http_get` writes into, hashing each piece as it is written, in a thread of its
+    own (hashlib lets go of the GIL): checking a weights file then costs no second read of it (a
+    second or more per GB here) and no time on the transfer's thread. A rewind (a server that
+    ignored the range) makes the running digest void: the file is read again at the end."""
+
+    def __init__(self, out: BinaryIO, digest: Any, meter: _Meter) -> None:
+        self.out = out
+        self.digest = digest
+        self.meter = meter
+        self.valid = True
+        self._pieces: queue.Queue[bytes | None] = queue.Queue(maxsize=HASH_QUEUE)
+        self._hasher = threading.Thread(target=self._hash, name="pull-hash", daemon=True)
+        self._hasher.start()
+
+    def _hash(self) -> None:
+        while (piece := self._pieces.get()) is not None:
+            self.digest.update(piece)
+
+    def write(self, data: bytes) -> int:
+        self._pieces.put(data)
+        written = self.out.write(data)
+        # huggingface_hub counts a piece before it writes it: a cancel raised in the count would
+        # lose the piece (a megabyte), so it is raised here, once the piece is on disk.
+        self.meter.check()
+        return written
+
+    def hexdigest(self) -> str:
+        """The digest of all that was written (waits for the hashing thread)."""
+        self.close()
+        return str(self.digest.hexdigest())
+
+    def close(self) -> None:
+        if self._hasher.is_alive():
+            self._pieces.put(None)
+            self._hasher.join()
+
+    def tell(self) -> int:
+        return self.out.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.valid = False
+        return self.out.seek(offset, whence)
+
+    def truncate(self, size: int | None = None) -> int:
+        self.valid = False
+        return self.out.truncate(size)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def _fetch_blob(plan: PullPlan, file: RepoFile, meter: _Meter) -> bool:
@@ -443,8 +499,9 @@ def _fetch_blob(plan: PullPlan, file: RepoFile, meter: _Meter) -> bool:
     its process and deletes it when the call fails: after a Ctrl-C, a kill or a pull given up on,
     it starts from the first byte. A model's weights are most of its bytes, so these are ours:
     the cache's own layout (the blob named by its sha256, which is the hub's ETag for LFS files),
-    filled by huggingface_hub's own `http_get` from where the part on disk ends, checked, then
-    moved into place for `hf_hub_download` to link.
+    filled by huggingface_hub's own `http_get` from where the part on disk ends, hashed as it is
+    written, then moved into place for `hf_hub_download` to link. A blob already there (another
+    client's download, which checks only its length) is read and checked once.
     """
     from huggingface_hub import constants, hf_hub_url
     from huggingface_hub.file_download import http_get
@@ -454,35 +511,45 @@ def _fetch_blob(plan: PullPlan, file: RepoFile, meter: _Meter) -> bool:
     blobs = _repo_folder(plan.repo) / "blobs"
     blob = blobs / file.sha256
     if blob.is_file():
-        return True
+        if _sha256(blob) == file.sha256:
+            return True
+        blob.unlink(missing_ok=True)
+        return False
     blobs.mkdir(parents=True, exist_ok=True)
     partial = blob.with_name(blob.name + ".incomplete")
-    with partial.open("ab") as out:
+    digest = hashlib.sha256()
+    with partial.open("a+b") as out:
         have = out.tell()
         if have > file.size:  # not this file's: start again
             out.seek(0)
             out.truncate()
             have = 0
-        if have < file.size:
-            url = hf_hub_url(plan.repo, file.name, revision=plan.commit, endpoint=constants.ENDPOINT)
-            http_get(
-                url, out, resume_size=have, headers=build_hf_headers(token=_token()), expected_size=file.size,
-                displayed_filename=file.name, tqdm_class=_bar_class(meter, file.name),
-            )  # fmt: skip
-    if _sha256(partial) != file.sha256:
+        if have:
+            out.seek(0)
+            _update(digest, out, have)  # the part kept from before: read once, to go on hashing
+        hashing = _Hashing(out, digest, meter)
+        try:
+            if have < file.size:
+                url = hf_hub_url(plan.repo, file.name, revision=plan.commit, endpoint=constants.ENDPOINT)
+                http_get(
+                    url, hashing, resume_size=have, headers=build_hf_headers(token=_token()),  # type: ignore[arg-type]
+                    expected_size=file.size, displayed_filename=file.name,
+                    tqdm_class=_bar_class(meter, file.name, cancels=False),
+                )  # fmt: skip
+        finally:
+            hashing.close()
+    matches = hashing.hexdigest() == file.sha256 if hashing.valid else _sha256(partial) == file.sha256
+    if not matches:
         partial.unlink(missing_ok=True)
         return False
     os.replace(partial, blob)
     return True
 
 
-def _remove_cached(link: Path) -> None:
-    blob = link.resolve()
-    for path in (link, blob):
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+def _update(digest: Any, source: BinaryIO, count: int) -> None:
+    while count > 0 and (chunk := source.read(min(CHUNK_HASH, count))):
+        digest.update(chunk)
+        count -= len(chunk)
 
 
 def _sha256(path: Path) -> str:

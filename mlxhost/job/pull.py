@@ -10,6 +10,7 @@ second. This kind imports no MLX: a pull costs the serving workers nothing but t
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -23,10 +24,14 @@ from mlxhost.wire.admin.jobs import JobProgress, LaunchedJob
 __all__ = ["SOURCE_FILE", "pull"]
 
 SOURCE_FILE = "source.json"  # in the output: {"repo", "revision", "commit", "path"}
+# A pull moves bytes at a core's worth of CPU (TLS, hashing, writes) while the workers decode
+# beside it: it yields the CPU to them, and takes what they leave.
+NICENESS = 10
 PROGRESS_EVERY = 0.5  # seconds between progress lines
 
 
 def pull(spec: LaunchedJob, partial: Path, log: JobLog, stop: Stop) -> None:
+    os.nice(NICENESS)
     repo = str(spec.options.get("repo") or spec.model_path)
     revision = str(spec.options.get("revision") or "main")
     cancel = threading.Event()

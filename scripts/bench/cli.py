@@ -153,7 +153,7 @@ def _jobs_only(plan: Plan, info: Info, prompt: str) -> int:
 
 def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
     """--agent-only, --closed-loop-only, --recovery-only, --group-only or --constrained-only: that part
-    alone, and its report; --peers too (`bench.peers`)."""
+    alone, and its report; --peers too (`bench.peers`), and --pull (`bench.pull`)."""
     if plan.only == "peers":
         peers = anyio.run(measure_peers, plan, raw)
         print_header(plan, info)
@@ -181,6 +181,22 @@ def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
         print_header(plan, info)
         print_embeddings(embeddings)
         _write(plan, EmbeddingsDocument(info.machine, info.versions, part_settings(plan), embeddings))
+        return 0
+    if plan.only == "pull":  # --pull (bench.pull); imported here to keep this one block
+        from bench.pull import (
+            PULL_VS_HF_TARGET,
+            SERVING_WHILE_PULLING_TARGET,
+            PullDocument,
+            measure_pull,
+            print_pull,
+        )
+
+        pulled = measure_pull(plan, prompt)
+        print_header(plan, info)
+        print_pull(pulled)
+        targets = pulled.targets(PULL_VS_HF_TARGET, SERVING_WHILE_PULLING_TARGET)
+        settings = part_settings(plan)
+        _write(plan, PullDocument(info.machine, info.versions, info.model, settings, pulled, targets))
         return 0
     part: Part
     if plan.only == "agent":

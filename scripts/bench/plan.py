@@ -26,8 +26,8 @@ QUICK_MAX_TOKENS = {"tiny": 128, "bench": 32}
 DEFAULT_SIZE = "tiny"
 AGENT_SIZE = "bench"  # the agent scenario's default model: prefill costs what it costs on a real one
 # The parts a run can measure alone: --jobs-only, --agent-only, --closed-loop-only, --recovery-only,
-# --group-only, --constrained-only, --peers.
-ONLY = ("jobs", "agent", "closed_loop", "recovery", "group", "constrained", "peers")
+# --group-only, --constrained-only, --peers, --pull.
+ONLY = ("jobs", "agent", "closed_loop", "recovery", "group", "constrained", "peers", "pull")
 # TTFT: single-stream requests after the throughput runs, the paths taking turns (bench.ttft).
 TTFT_REQUESTS = {"full": 20, "quick": 10}
 # mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
@@ -35,6 +35,7 @@ TTFT_REQUESTS = {"full": 20, "quick": 10}
 # mlxhost's backlog (hypercorn's default, 100) unless --mlx-lm-server-backlog says otherwise.
 MLX_LM_SERVER_BACKLOG = 100
 CLOSED_LOOP_TOKENS = 400  # each closed-loop row's max_tokens, as in issue 14's profile
+PULL_MB = {"full": 512, "smoke": 16}  # --pull: the repo's file of random bytes, MiB (--pull-mb)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Plan:
     smoke: bool = False  # every part once, as short as it goes: for the test that the bench runs
     family: str = demo.DEFAULT_FAMILY  # the demo model's variant (--family); "custom" for --model
     install_vllm_mlx: bool = False  # --peers: install vllm-mlx into its venv if it is not there
+    pull_mb: int = PULL_MB["full"]  # --pull: MiB of random bytes in the repo pulled (--pull-mb)
 
     def rounds(self, minimum: int) -> int:
         """Rounds of a part that alternates two arms: enough for medians (`minimum`), or one with
@@ -233,6 +235,23 @@ def parser() -> argparse.ArgumentParser:
         "same embedding model in this process: short and mixed-length inputs in requests of 1, 16 "
         "and 64, and 1,000 code chunks; alternating rounds, medians (bench.embeddings)",
     )
+    # --pull (bench.pull): mlxhost pull against hf download, and serving while the host pulls.
+    only.add_argument(
+        "--pull",
+        action="store_const",
+        const="pull",
+        dest="only",
+        help="measure only pulls from a Hugging Face Hub on loopback (mlxhost.testing_hub): mlxhost pull "
+        "against hf download of the same repo (the tiny demo model and --pull-mb of random bytes), MB/s, "
+        "alternating rounds; and a host's aggregate decode tok/s of 4 streams while it pulls the repo "
+        "(POST /admin/models/pull) against without (bench.pull)",
+    )
+    parser.add_argument(
+        "--pull-mb",
+        type=int,
+        help=f"with --pull: MiB of random bytes in the repo pulled (default: {PULL_MB['full']}, "
+        f"{PULL_MB['smoke']} with --smoke; shrunk to what the disk holds)",
+    )
     parser.add_argument(
         "--install-vllm-mlx",
         action="store_true",
@@ -268,6 +287,9 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         options.error("--ttft-requests must be at least 0")
     if args.mlx_lm_server_backlog < 0:
         options.error("--mlx-lm-server-backlog must be at least 0")
+    pull_mb = args.pull_mb if args.pull_mb is not None else PULL_MB["smoke" if args.smoke else "full"]
+    if pull_mb < 1:
+        options.error("--pull-mb must be at least 1")
     if args.chart is not None:
         chart_path = args.chart
     elif args.json is not None:
@@ -292,5 +314,5 @@ def parse_args(argv: Sequence[str] | None) -> Plan:
         model_path, size, max_tokens, repeats, args.concurrency, args.json, chart_path,
         ttft_requests, args.mlx_lm_server_backlog, args.quick, args.only,
         CLOSED_LOOP_TOKENS if args.max_tokens is None else max_tokens, args.smoke, family,
-        args.install_vllm_mlx,
+        args.install_vllm_mlx, pull_mb,
     )  # fmt: skip

@@ -30,11 +30,11 @@ from mlxhost.testing_hub import HubServer
 from tests.filesystems import small_tmpfs
 
 REPO = "mlx-community/tiny"
-BIG = "org/big"  # the tiny model and a 4 MB file: long enough to watch, to cut and to resume
+BIG = "org/big"  # the tiny model and an 8 MiB file: long enough to watch, to cut and to resume
 BIG_FILE = "filler.json"  # wanted (every *.json is) and an LFS file, so its sha256 is checked
-BIG_SIZE = 4 * 1024 * 1024
-SLACK = 256 * 1024 + 65536  # bytes a cut may cost twice: the transfer's piece, and the server's write
-IN_FLIGHT = 1024 * 1024  # and a killed client: what sat in the loopback's socket buffers too
+BIG_SIZE = 8 * 1024 * 1024
+SLACK = 1024 * 1024 + 65536  # bytes a cut may cost twice: the transfer's piece (hub.TRANSFER_CHUNK), the server's write
+IN_FLIGHT = 2 * 1024 * 1024  # and a killed client: what sat in the loopback's socket buffers too
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_a_pull_fetches_the_files_an_mlx_model_needs_and_no_other(
 
 
 def test_a_terminal_shows_a_progress_bar(hub: HubServer, env: dict[str, str]) -> None:
-    hub.throttle(2 * 1024 * 1024)
+    hub.throttle(4 * 1024 * 1024)
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns, as a terminal
     process = subprocess.Popen(
@@ -162,7 +162,7 @@ def test_sigint_stops_the_pull_and_the_next_one_sends_only_the_rest(hub: HubServ
     process = subprocess.Popen(
         [sys.executable, "-m", "mlxhost", "pull", BIG], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    wait_until(lambda: hub.sent(BIG, BIG_FILE) > 1_500_000, timeout=30)
+    wait_until(lambda: hub.sent(BIG, BIG_FILE) > 3_000_000, timeout=30)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
@@ -247,7 +247,7 @@ def test_offline_mode_refuses_to_pull(env: dict[str, str]) -> None:
 
 
 def test_too_little_space_is_refused_before_any_byte(hub: HubServer, env: dict[str, str], tmp_path: Path) -> None:
-    with small_tmpfs(tmp_path / "small", 2048) as small:  # 2 MiB: less than the 4 MB file
+    with small_tmpfs(tmp_path / "small", 4096) as small:  # 4 MiB: less than the 8 MiB file
         done = pull(env | {"HF_HUB_CACHE": str(small / "cache")}, BIG)
         assert done.returncode == 1
         assert "not enough disk space" in done.stderr and str(small / "cache") in done.stderr

@@ -65,6 +65,13 @@ concurrency, temperature, max_batch, quick, only, jobs_only), then the part's ke
 --group-only group (GroupFigures); --constrained-only constrained_vs_free, grammar_compile_ms,
 constrained and targets (constrained_vs_free_min, constrained_ok), as a whole run writes them.
 
+PullDocument (pull.py, --pull): machine, versions, model (the chat model the host serves),
+settings (PartSettings), then pull (PullSummary: repo, throughput (PullThroughput: MB/s of
+`mlxhost pull` and `hf download`, mlxhost_vs_hf, same_files), serving (ServingWhilePulling:
+decode_tok_s_without/_with, with_vs_without, pull_mb_per_s_while_serving), skipped, runs,
+windows), pull_vs_hf and serving_while_pulling (copies of its two ratios), and targets
+(PullTargets: pull_vs_hf_min, pull_ok, serving_while_pulling_min, serving_while_pulling_ok).
+
 Free-form parts stay dicts: keys that are data (concurrency levels "c1", process names, outcome
 kinds, event types), and documents other programs wrote (a host's /health or session record, a
 JSON schema as sent).
