@@ -414,8 +414,11 @@ def _fetch_file(plan: PullPlan, file: RepoFile, meter: _Meter) -> None:
         if meter.stop.is_set():
             raise Cancelled(plan.repo, f"the pull of {plan.repo} was cancelled")
         try:
-            # An LFS file's blob, resumed and checked as it arrives (or checked as found).
-            checked = file.sha256 is None or snapshot.is_file() or _fetch_blob(plan, file, meter)
+            # An LFS file's blob, resumed and checked as it arrives (or checked as found); one the
+            # hub serves over xet goes through huggingface_hub's xet client, which resumes from
+            # its own chunk cache, and is checked once it is in.
+            xet = file.sha256 is not None and not snapshot.is_file() and _served_by_xet(plan, file)
+            checked = file.sha256 is None or snapshot.is_file() or xet or _fetch_blob(plan, file, meter)
             if not checked:
                 # The bytes are not what the hub's checksum says (a bad mirror, a disk that lied):
                 # they are gone, never linked or served, and the file is fetched once more.
@@ -423,9 +426,14 @@ def _fetch_file(plan: PullPlan, file: RepoFile, meter: _Meter) -> None:
                     meter.done -= file.size
                 continue
             # An LFS file's blob is in place (linking it costs a HEAD, no body); a small file comes whole.
-            hf_hub_download(
+            path = hf_hub_download(
                 plan.repo, file.name, revision=plan.commit, token=_token(), tqdm_class=_bar_class(meter, file.name)
             )
+            if xet and _sha256(Path(path)) != file.sha256:
+                _unlink_cached(Path(path))
+                with meter.lock:
+                    meter.done -= file.size
+                continue
         except PullError:
             raise
         except Exception as exc:
@@ -437,6 +445,24 @@ def _fetch_file(plan: PullPlan, file: RepoFile, meter: _Meter) -> None:
         f"{file.name} of {plan.repo} arrived twice with bytes that do not match the hub's checksum "
         f"(sha256 {file.sha256}); nothing of it is kept. Try again later, or check HF_ENDPOINT.",
     )
+
+
+def _served_by_xet(plan: PullPlan, file: RepoFile) -> bool:
+    """Whether the hub serves `file` over xet and this machine has the xet client (a HEAD)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils._runtime import is_xet_available  # not re-exported by utils
+
+    if constants.HF_HUB_DISABLE_XET or not is_xet_available():
+        return False
+    url = hf_hub_url(plan.repo, file.name, revision=plan.commit, endpoint=constants.ENDPOINT)
+    return get_hf_file_metadata(url, token=_token()).xet_file_data is not None
+
+
+def _unlink_cached(link: Path) -> None:
+    """A snapshot's file and the blob it links to, both gone."""
+    blob = link.resolve()
+    link.unlink(missing_ok=True)
+    blob.unlink(missing_ok=True)
 
 
 class _Hashing:

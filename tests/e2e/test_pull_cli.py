@@ -281,3 +281,10 @@ def test_a_pulled_repo_serves_offline_by_its_name(env: dict[str, str]) -> None:
     )  # fmt: skip
     assert found.returncode == 0, found.stderr
     assert Path(found.stdout.strip()).is_dir()
+
+
+def test_a_token_opens_a_gated_repo(hub: HubServer, env: dict[str, str]) -> None:
+    """HF_TOKEN (as `hf auth login` saves one) reaches the hub as the client's bearer token."""
+    done = pull(env | {"HF_TOKEN": "hf_test_token"}, "org/gated")
+    assert done.returncode == 0, done.stderr
+    assert any(h.get("authorization") == "Bearer hf_test_token" for _, p, h in hub.requests if "org/gated" in p)
