@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +297,42 @@ def test_rerank_blames_the_field_that_is_too_long(host: RunningHost) -> None:
     error = document.json()["error"]
     assert document.status_code == 400 and error["param"] == "documents[1]"
     assert "truncate: true" not in error["message"] and "shorten it" in error["message"]
+
+
+def _answered_first(host: RunningHost, first: dict[str, Any], then: tuple[str, dict[str, Any]]) -> bool:
+    """Start embedding `first`, and once the host has admitted it, send `then` (a route and a
+    body); whether `then` was answered while `first` still ran. `first` is cancelled after."""
+    done = threading.Event()
+
+    def embed_first() -> None:
+        with host.http(timeout=300) as http:
+            http.post("/v1/embeddings", json=first)
+        done.set()
+
+    with host.http(timeout=120) as admin:
+        opened = admin.get("/admin/sessions").json()["opened"]
+        big = threading.Thread(target=embed_first)
+        big.start()
+        wait_until(lambda: admin.get("/admin/sessions").json()["opened"] > opened, timeout=30)
+        answer = admin.post(then[0], json=then[1])
+        assert answer.status_code == 200, answer.text
+        ahead = not done.is_set()
+        for session in admin.get("/admin/sessions").json()["live"]:
+            admin.post(f"/admin/sessions/{session['id']}/cancel")
+        big.join(timeout=120)
+    return ahead
+
+
+def test_a_small_embeddings_request_is_not_held_behind_a_huge_one(host: RunningHost) -> None:
+    """The probe: 6 inputs of 3,900 token ids, then one token. Passes from the two alternate, so
+    the small one is answered while the huge one still runs (before: together, 20 s later)."""
+    huge = {"model": EMBED, "input": [[5] * 3900 for _ in range(6)]}
+    assert _answered_first(host, huge, ("/v1/embeddings", {"model": EMBED, "input": [[7]]}))
+
+
+def test_a_stream_beside_a_large_embeddings_request_is_not_frozen(host: RunningHost) -> None:
+    """64 inputs of 200 tokens planned before a chat stream arrives: no pass is planned longer
+    than a quarter second, so the stream's 16 tokens come between them (before: one 2 s pass)."""
+    inputs = [[(i % 50) + 3] * 200 for i in range(64)]
+    chat = {"model": CHAT, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "stream": True}
+    assert _answered_first(host, {"model": CHAT, "input": inputs}, ("/v1/chat/completions", chat))

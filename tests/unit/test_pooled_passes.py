@@ -9,7 +9,7 @@ import time
 import mlx.core as mx
 import pytest
 
-from mlxhost.worker.engine.pooled import PooledPasses
+from mlxhost.worker.engine.pooled import MAX_PASS_SECONDS, PooledPasses
 from mlxhost.worker.engine.pooled_work import PooledQueue, PooledWork
 
 pytestmark = pytest.mark.unit
@@ -56,12 +56,34 @@ def test_results_land_by_index_and_the_work_finishes_once() -> None:
 
 def test_while_streams_decode_a_pass_takes_about_the_prefill_chunks_time() -> None:
     pooled, model, _ = passes(600)
-    pooled.step(False, mx.cpu)  # alone: as many as the budget takes, and the rate is measured
+    pooled.step(False, mx.cpu)  # the first pass is small, and the rate is measured
+    pooled.step(False, mx.cpu)  # alone: as many as the budget takes
     pooled.step(False, mx.cpu, decoding=True)
-    alone, beside = model.passes
-    assert alone == 163  # 16,384 padded tokens of 100-token rows
+    first, alone, beside = model.passes
+    assert first == 5  # FIRST_PASS_TOKENS (512) of 100-token rows
+    assert alone == 163  # 16,384 padded tokens of 100-token rows (well within MAX_PASS_SECONDS)
     assert beside < alone / 4  # about 0.01 s of 200,000 tokens a second: 20 rows
     assert pooled.step(False, mx.cpu, decoding=False) and model.passes[-1] > beside
+
+
+def test_no_pass_is_planned_longer_than_max_pass_seconds() -> None:
+    """Whatever arrives while a pass runs waits for it: a pass planned with nothing else waiting
+    is bounded all the same (a stream arriving just after 64 x 200 inputs waited 2 s)."""
+    pooled, model, _ = passes(2000)
+    pooled.token_budget = 10_000_000
+    pooled.max_rows = 100_000
+    for _ in range(3):
+        pooled.step(False, mx.cpu)
+    assert max(model.passes[1:]) * 100 <= RATE * MAX_PASS_SECONDS * 1.5  # padded tokens at the measured rate
+
+
+def test_another_requests_wait_cuts_the_pass_as_a_stream_does() -> None:
+    pooled, model, _ = passes(600)
+    pooled.step(False, mx.cpu)
+    pooled.step(False, mx.cpu)
+    pooled.queue.submit(PooledWork("embed", [[7] * 100]))
+    pooled.step(False, mx.cpu)  # two requests wait: contended
+    assert model.passes[-1] < model.passes[1] / 4
 
 
 def test_nothing_runs_while_paused_but_cancelled_work_is_still_dropped() -> None:

@@ -1,5 +1,5 @@
-"""How pooled inputs become passes (engine/pooled_work.py): by length bucket, oldest first, within
-the token budget; a cancelled request's inputs never reach one."""
+"""How pooled inputs become passes (engine/pooled_work.py): by length bucket, requests taking turns
+to lead, within the token budget; a cancelled request's inputs never reach one."""
 
 from __future__ import annotations
 
@@ -24,15 +24,39 @@ def test_buckets_are_powers_of_two_from_sixteen() -> None:
     assert [bucket(n) for n in (1, 16, 17, 32, 33, 200, 512, 513)] == [16, 16, 32, 32, 64, 256, 512, 1024]
 
 
-def test_a_pass_takes_the_oldest_input_and_others_of_its_bucket_in_order() -> None:
+def test_a_pass_takes_the_leaders_input_and_others_of_its_bucket() -> None:
     pending = queue()
     first = PooledWork("embed", [[1] * 10, [1] * 300, [1] * 12])
     second = PooledWork("embed", [[2] * 300, [2] * 5])
     pending.submit(first)
     pending.submit(second)
     assert taken(pending.next_batch(10_000, 64)) == [(first.id, 0), (first.id, 2), (second.id, 1)]
-    assert taken(pending.next_batch(10_000, 64)) == [(first.id, 1), (second.id, 0)]
+    # The second request leads the next pass: its turn.
+    assert taken(pending.next_batch(10_000, 64)) == [(second.id, 0), (first.id, 1)]
     assert pending.next_batch(10_000, 64) == [] and pending.waiting() == 0
+
+
+def test_a_small_request_behind_a_huge_one_leads_the_next_pass() -> None:
+    """The probe's case: 300k tokens in one request, then one token in another."""
+    pending = queue()
+    huge = PooledWork("embed", [[1] * 200] * 1500)
+    small = PooledWork("embed", [[2]])
+    pending.submit(huge)
+    pending.submit(small)
+    assert {row.work.id for row in pending.next_batch(4 * 256, 64)} == {huge.id}
+    assert taken(pending.next_batch(4 * 256, 64)) == [(small.id, 0)]
+    assert {row.work.id for row in pending.next_batch(4 * 256, 64)} == {huge.id}
+
+
+def test_while_a_long_input_runs_only_short_ones_are_taken() -> None:
+    pending = queue()
+    longs = PooledWork("embed", [[1] * 3000, [1] * 3000])
+    small = PooledWork("embed", [[2] * 8])
+    pending.submit(longs)
+    assert taken(pending.next_batch(10_000, 64, alone_over=2048)) == [(longs.id, 0)]
+    assert pending.next_batch(10_000, 64, alone_over=2048, short_only=True) == []
+    pending.submit(small)
+    assert taken(pending.next_batch(10_000, 64, alone_over=2048, short_only=True)) == [(small.id, 0)]
 
 
 def test_the_budget_counts_padded_tokens_and_rows() -> None:

@@ -162,7 +162,10 @@ class Batching:
                     self._remove_cancelled(generator)
                     # One pooled pass (embeddings, rerank) between two generation steps.
                     stream = getattr(generator, "stream", None)
-                    pooled = self.pooled.step(self.paused, stream, decoding=bool(self.rows))
+                    # A stream decoding, or one on its way in (loading its cache from disk, held
+                    # by the gate): a pass beside it is cut to the prefill chunk's time.
+                    busy = bool(self.rows) or not self.intake.idle()
+                    pooled = self.pooled.step(self.paused, stream, decoding=busy)
                     if not self.rows:
                         if pooled:
                             continue

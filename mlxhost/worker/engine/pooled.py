@@ -164,6 +164,11 @@ def _normalised(pooled: mx.array) -> mx.array:
 
 
 MIN_CHUNK = 16  # tokens: the least a pass takes beside decoding streams, however slow the model
+# A pass (or a long input's chunk) never takes longer than this, by the measured rate, whatever
+# waits: a stream or request that arrives while it runs waits at most this long. MLX cannot cut a
+# pass once it is planned, so the bound is on what is planned.
+MAX_PASS_SECONDS = 0.25
+FIRST_PASS_TOKENS = 512  # before any rate is measured
 
 
 @dataclass
@@ -192,12 +197,16 @@ class PooledPasses:
         self.pooler: Pooler | None = None  # set at load, for a model that pools
         self.counters = PooledCounters()
         self._long: tuple[Row, LongPass] | None = None  # a long input part-way through its chunks
+        self._turn_given = False  # the last step ran the long input's chunk: now another's turn
 
     def step(self, paused: bool, stream: Any, decoding: bool = False) -> bool:
         """Drop cancelled work, then run one pass if any input waits, on `stream` (the generation's:
-        an MLX stream belongs to one thread); whether one ran. While `decoding`, the pass is cut
-        to about `beside_seconds` of work. An input longer than the pooler's `long_input` runs
-        alone, a chunk a step (`LongPass`), until it is done."""
+        an MLX stream belongs to one thread); whether one ran.
+
+        A pass is planned to take at most MAX_PASS_SECONDS, and about `beside_seconds` while
+        anything else waits: streams decoding or about to (`decoding`), or another request's
+        inputs. An input longer than the pooler's `long_input` runs alone, a chunk a step
+        (`LongPass`), taking turns with the other requests' passes."""
         # Called before every generation step: a model that does not pool, or has nothing to
         # pool, costs it no lock and no list.
         if self.pooler is None or (self._long is None and self.queue.idle()):
@@ -209,27 +218,50 @@ class PooledPasses:
             self._long = None  # its request was cancelled
         if paused:
             return False
-        budget = self.token_budget
-        if decoding and self._tokens_per_second is not None:
-            budget = max(MIN_CHUNK, min(budget, int(self._tokens_per_second * self.beside_seconds)))
+        # Another request waits: beside the long input's own request, or beside the one request
+        # whose inputs fill the passes.
+        if self._long is not None:
+            others = self.queue.works_waiting(besides=self._long[0].work) > 0
+        else:
+            others = self.queue.works_waiting() > 1
+        budget = self._budget(decoding or others)
         # Only a decoder pooler runs long inputs in chunks; an encoder's context is short.
         long_input = self.pooler.long_input if isinstance(self.pooler, DecoderPooler) else None
-        if self._long is None:
-            rows = self.queue.next_batch(budget, self.max_rows, alone_over=long_input)
-            if not rows:
+        if self._long is not None and not (self._turn_given and others):
+            self._turn_given = True
+            with mx.stream(stream):
+                self._advance_long(min(budget, long_input or budget))
+            return True
+        self._turn_given = False
+        rows = self.queue.next_batch(budget, self.max_rows, alone_over=long_input, short_only=self._long is not None)
+        if not rows:
+            if self._long is None:
                 return False
-            if long_input is None or len(rows[0].tokens) <= long_input:
-                began = time.perf_counter()
-                with mx.stream(stream):
-                    padded = self._run(self.pooler, rows)
-                self._measured(padded, time.perf_counter() - began)
-                return True
-            assert isinstance(self.pooler, DecoderPooler)
-            work = rows[0].work
-            self._long = (rows[0], self.pooler.long_pass(rows[0].tokens, work.pooling, work.yes_no))
+            with mx.stream(stream):
+                self._advance_long(min(budget, long_input or budget))
+            return True
+        if long_input is None or len(rows[0].tokens) <= long_input:
+            began = time.perf_counter()
+            with mx.stream(stream):
+                padded = self._run(self.pooler, rows)
+            self._measured(padded, time.perf_counter() - began)
+            return True
+        assert isinstance(self.pooler, DecoderPooler)
+        work = rows[0].work
+        self._long = (rows[0], self.pooler.long_pass(rows[0].tokens, work.pooling, work.yes_no))
+        self._turn_given = True
         with mx.stream(stream):
-            self._advance_long(min(budget, long_input or budget))
+            self._advance_long(min(budget, long_input))
         return True
+
+    def _budget(self, contended: bool) -> int:
+        """The padded tokens of the next pass: what MAX_PASS_SECONDS (or, contended,
+        `beside_seconds`) of work takes at the rate measured, within the pass budget."""
+        rate = self._tokens_per_second
+        if rate is None:
+            return min(self.token_budget, FIRST_PASS_TOKENS)
+        seconds = self.beside_seconds if contended else MAX_PASS_SECONDS
+        return max(MIN_CHUNK, min(self.token_budget, int(rate * seconds)))
 
     def fail_all(self, message: str) -> None:
         for work in self.queue.open_works():

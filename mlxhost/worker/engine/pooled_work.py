@@ -2,11 +2,13 @@
 and how they are grouped into forward passes.
 
 A request (`PooledWork`) is a list of token lists. The generation thread takes a batch of inputs
-from all waiting requests between two generation steps (`PooledQueue.next_batch`): the oldest
-input first, then the inputs of its length bucket in arrival order, as many as the token budget
-takes. Grouping by bucket keeps the padding of one pass small (a 20-token input is not padded to
-a 2,000-token one), and taking the oldest first keeps a long request from starving a short one.
-A cancelled request's inputs are dropped as batches are made: its rows never reach a pass.
+from all waiting requests between two generation steps (`PooledQueue.next_batch`): requests take
+turns leading a pass (round robin), the leader's next input first, then the inputs of its length
+bucket, the leader's and the others', as many as the token budget takes. Grouping by bucket
+keeps the padding of one pass small (a 20-token input is not padded to a 2,000-token one), and
+the turns keep a request of 300k tokens from holding one of a single token behind it: the small
+one leads the next pass. A cancelled request's inputs are dropped as batches are made: its rows
+never reach a pass.
 
 Nothing here imports MLX: the results are whatever the pass gives (pooled.py), set by index.
 """
@@ -123,22 +125,38 @@ class PooledQueue:
                 self._forget(work)
         return gone
 
-    def next_batch(self, token_budget: int, max_rows: int, alone_over: int | None = None) -> list[Row]:
-        """The inputs of the next pass: the oldest waiting one, and others of its bucket (and pass
-        key) in arrival order, while the padded batch (rows times the longest) stays within
-        `token_budget` and `max_rows`. The oldest alone when it is longer than `alone_over`
-        (it runs in chunks); no other that long joins a batch."""
+    def works_waiting(self, besides: PooledWork | None = None) -> int:
+        """Requests with inputs not yet taken into a pass (other than `besides`)."""
         with self._lock:
-            if not self._works:
+            return sum(1 for w in self._works if w is not besides)
+
+    def next_batch(
+        self, token_budget: int, max_rows: int, alone_over: int | None = None, short_only: bool = False
+    ) -> list[Row]:
+        """The inputs of the next pass: the next input of the request whose turn it is, and others
+        of its bucket (and pass key), its own first, while the padded batch (rows times the
+        longest) stays within `token_budget` and `max_rows`. That input alone when it is longer
+        than `alone_over` (it runs in chunks); no other that long joins a batch. With
+        `short_only` (a long input is part-way through its chunks), no long input is taken at all:
+        the turn goes to the first request with a short one."""
+        with self._lock:
+            leaders = [
+                w for w in self._works
+                if not short_only or alone_over is None or len(w.inputs[self._next[w.id][0]]) <= alone_over
+            ]  # fmt: skip
+            if not leaders:
                 return []
-            first = self._works[0]
+            first = leaders[0]
+            # Its turn taken: it goes to the back of the line (while it has inputs left).
+            self._works.remove(first)
+            self._works.append(first)
             oldest = len(first.inputs[self._next[first.id][0]])
             if alone_over is not None and oldest > alone_over:
                 return self._taken([Row(first, self._next[first.id][0])])
             size = bucket(oldest)
             rows: list[Row] = []
             longest = 0
-            for work in list(self._works):
+            for work in [first, *(w for w in self._works if w is not first)]:
                 if work.pass_key != first.pass_key:
                     continue
                 left = self._next[work.id]
