@@ -21,6 +21,7 @@ from mlxhost.wire.openai import MAX_TOOLS, FunctionName, JSONSchema, MaxTokens
 from mlxhost.wire.parsing import MAX_MESSAGES, register_schema
 
 __all__ = [
+    "INCLUDABLE",
     "FunctionCallItem",
     "FunctionCallOutputItem",
     "FunctionTool",
@@ -40,6 +41,13 @@ __all__ = [
     "UnsupportedTool",
     "UnsupportedToolChoice",
 ]
+
+# What `include` may name: the openai SDK's ResponseIncludable (a test keeps the two in step).
+INCLUDABLE = frozenset({
+    "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+    "message.input_image.image_url", "computer_call_output.output.image_url", "code_interpreter_call.outputs",
+    "reasoning.encrypted_content", "message.output_text.logprobs",
+})  # fmt: skip
 
 MAX_METADATA = 16  # OpenAI's limits: 16 pairs, keys of 64 characters, values of 512
 MAX_CLIENT_METADATA = 32
@@ -327,7 +335,8 @@ class ResponsesRequest(_Strict):
     user: Annotated[str, Field(max_length=256)] | None = None
     truncation: Literal["disabled"] | None = None  # "auto" would drop turns silently: not done
     # What else to include in the answer (encrypted reasoning, logprobs...): there is nothing more
-    # to include, so each entry is skipped and named.
+    # to include, so each entry is skipped and named; an entry the SDK does not define (INCLUDABLE)
+    # is refused, naming it (the worker checks).
     include: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=16)] | None = None
     # Codex's own (no SDK defines it): who sent the turn, kept in the session's record by the host.
     client_metadata: (

@@ -8,6 +8,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pytest
 
 from mlxhost.testing import RunningHost, wait_until
 
@@ -188,3 +189,23 @@ def test_a_namespace_tools_function_is_called_by_its_name_and_namespace(server: 
             max_output_tokens=3,
         )
     assert following.status in ("completed", "incomplete")
+
+
+def test_an_include_entry_the_sdk_does_not_define_is_refused_by_its_place(server: RunningHost) -> None:
+    """Skipped, `x, temperature` would read in x-mlxhost-ignored as if temperature were skipped."""
+    with server.client() as client, pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(
+            model="tiny", input="Hi", max_output_tokens=2, store=False,
+            include=["reasoning.encrypted_content", "x, temperature"],  # type: ignore[list-item]
+        )  # fmt: skip
+    assert refused.value.body["param"] == "include[1]"  # type: ignore[index]
+
+
+def test_includable_is_the_sdks_list() -> None:
+    import typing
+
+    from openai.types.responses import ResponseIncludable
+
+    from mlxhost.wire.responses import INCLUDABLE
+
+    assert INCLUDABLE == set(typing.get_args(ResponseIncludable))

@@ -24,6 +24,7 @@ from mlxhost.wire.headers import CACHE_SCOPE_HEADER
 from mlxhost.wire.inert import excerpt
 from mlxhost.wire.parsing import parse_body, too_long
 from mlxhost.wire.responses import (
+    INCLUDABLE,
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionTool,
@@ -191,7 +192,15 @@ def _refuse_unsupported(body: ResponsesRequest, skipped: Skipped) -> None:
                     "function tools",
                 )
             skipped.add(f"tools.{each.type}" if j is None else f"tools.namespace.{each.type}")
-    for entry in body.include or ():
+    for i, entry in enumerate(body.include or ()):
+        if entry not in INCLUDABLE:
+            # Named in x-mlxhost-ignored, an unknown entry would read there as something else
+            # ("x, temperature" as if temperature were skipped): refused, by its place.
+            raise _unsupported(
+                f"include[{i}]",
+                f"'{excerpt(entry)}' is not something a response can include: one of "
+                + ", ".join(sorted(INCLUDABLE)),
+            )
         skipped.add(f"include.{entry}")  # nothing more than the answer itself to include
     if isinstance(body.tool_choice, UnsupportedToolChoice):
         kind = excerpt(body.tool_choice.type)

@@ -78,13 +78,36 @@ def load_draft(options: EngineOptions, tokenizer: Any) -> Any:
     draft, theirs = mlx_lm.load(options.draft_path)[:2]
     ours, other = tokenizer.get_vocab(), theirs.get_vocab()
     if ours != other:
-        differ = len(set(ours.items()) ^ set(other.items()))
         raise DraftMismatch(
-            f"the draft model {options.draft_path} has another tokenizer than the model "
-            f"({len(other)} tokens against {len(ours)}, {differ} differing): a draft model must "
-            "share the model's"
+            f"the draft model {options.draft_path} has another tokenizer than the model: "
+            f"{vocabulary_difference(ours, other)}; a draft model must share the model's, token for token"
         )
     return draft
+
+
+def vocabulary_difference(ours: dict[str, int], theirs: dict[str, int], shown: int = 3) -> str:
+    """What differs between two vocabularies, as an operator would want it said: sizes, tokens
+    only one has, and tokens both have under other ids (a few of each, by name)."""
+    only_ours = sorted(set(ours) - set(theirs))
+    only_theirs = sorted(set(theirs) - set(ours))
+    moved = sorted(t for t in set(ours) & set(theirs) if ours[t] != theirs[t])
+    parts = [f"the model has {len(ours)} tokens, the draft {len(theirs)}"]
+
+    def some(tokens: list[str]) -> str:
+        named = ", ".join(repr(t) for t in tokens[:shown])
+        return named + (f" and {len(tokens) - shown} more" if len(tokens) > shown else "")
+
+    if only_ours:
+        parts.append(f"{len(only_ours)} only in the model's ({some(only_ours)})")
+    if only_theirs:
+        parts.append(f"{len(only_theirs)} only in the draft's ({some(only_theirs)})")
+    if moved:
+        first = moved[0]
+        parts.append(
+            f"{len(moved)} under other ids ({some(moved)}; e.g. {first!r} is {ours[first]} in the model's, "
+            f"{theirs[first]} in the draft's)"
+        )
+    return ", ".join(parts)
 
 
 def logits_width(model: Any, tokenizer: Tokenizer) -> int:
