@@ -110,10 +110,11 @@ def test_without_a_format_a_call_comes_whole_at_its_end() -> None:
     assert json.loads(parts[first + 1].text) == {"city": "Paris", "unit": "c", "days": [1, 2]}  # type: ignore[union-attr]
 
 
-def test_an_unreadable_call_never_announced_is_answered_as_text() -> None:
+def test_an_unreadable_call_never_announced_is_answered_as_its_words() -> None:
+    """Its text is the answer; its markers are markup, not text (they would read as a call)."""
     pieces, parser = stream("<tool_call>\nnot json at all\n</tool_call>", 4)
     whole = joined(pieces)
-    assert whole.tool_calls == [] and whole.content == "<tool_call>\nnot json at all\n</tool_call>"
+    assert whole.tool_calls == [] and whole.content.strip() == "not json at all"
     assert parser.calls_made == 0
 
 

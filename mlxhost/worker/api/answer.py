@@ -37,6 +37,7 @@ from mlxhost.worker.engine.engine import EngineStopped
 from mlxhost.worker.engine.generation import GenerationRequest, GenerationSession
 from mlxhost.worker.engine.output import OutputParser
 from mlxhost.worker.engine.parts import Output
+from mlxhost.worker.engine.textstream import strip_control
 
 __all__ = ["respond", "respond_choices"]
 
@@ -170,7 +171,7 @@ class _Choice:
 
     def sort(self, delta: Delta) -> Output:
         if self.parser is None:
-            return Output(content=delta.text)
+            return Output(content=strip_control(delta.text))
         out = self.parser.feed(delta.text) if delta.text else Output()
         if delta.finish_reason is not None:
             out.add(self.parser.finish())

@@ -128,7 +128,7 @@ class Intake:
         rows = []
         for uid, session, hit, own in zip(uids, admitted, cached, processors, strict=True):
             detokenizer = tokenizer.decoder.detokenizer
-            text = TextStream(detokenizer, session.request.stop)
+            text = TextStream(detokenizer, session.request.stop, tokenizer.control)
             grammar = next((p for p in own if isinstance(p, GrammarProcessor)), None)
             rows.append(Row(session, uid, text, cached=hit, grammar=grammar))
         return rows

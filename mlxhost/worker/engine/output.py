@@ -9,6 +9,11 @@ its family's format (tool_formats/) can tell its name, its arguments follow as t
 it ends when its body parsed at its end marker. A tail that could be the start of a marker is
 held back until the next text tells.
 
+A control token the model wrote comes marked (engine/textstream.py): it changes the mode where it
+is a marker the mode awaits, it is kept in a call's body (a family's inner markup, `<arg_key>`),
+and anywhere else it is dropped, never answer or reasoning text: a closing marker with no call
+open, a call's inner markup outside one, a stray `<|system|>`.
+
 mlx-lm's own splitter lives inside its HTTP server module (not an API it offers), so this is our
 own, kept to the markers the tokenizer names.
 """
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlxhost.wire.chunks import ToolCall
 from mlxhost.worker.engine.parts import CallArguments, CallBegun, CallEnded, Output
+from mlxhost.worker.engine.textstream import control_pieces
 
 if TYPE_CHECKING:
     from mlxhost.worker.engine.tool_formats import ToolFormat
@@ -93,6 +99,7 @@ class OutputParser:
         self._mode = _Mode.REASONING if reasoning and self._thinks else _Mode.ANSWER
         self._held = ""  # text not yet sorted: a marker may be starting in it
         self._call = ""  # the body of the call being written
+        self._call_text = ""  # the same without the control tokens in it: what an unreadable call says
         self._read_at = 0  # its length when it was last read for streaming
         self._begun: list[_Begun] = []  # the calls of that body announced so far
         # Just past a marker: the newlines a template writes after one are layout, not text.
@@ -100,10 +107,33 @@ class OutputParser:
         self.calls_made = 0
         self.calls_begun = 0  # every call announced or made: the next call's index
         self.calls_cut = 0  # calls the text ended inside of
+        self.dropped = 0  # control tokens written where they mean nothing: never text
         self._ids: set[str] = set()  # the ids its calls went out with
 
     def feed(self, text: str) -> Output:
         out = Output()
+        for plain, token in control_pieces(text):
+            if plain:
+                self._feed_text(out, plain)
+            if token is not None:
+                self._feed_token(out, token)
+        if self._mode is _Mode.CALL:
+            self._stream_call(out)
+        return out
+
+    def _feed_token(self, out: Output, token: str) -> None:
+        """A control token: a marker the mode awaits crosses it, a call's body keeps it, and
+        anything else is dropped (text held for a marker that a token cannot continue is text)."""
+        held, self._held = self._held, ""
+        self._emit(out, held)
+        if token in self._awaited():
+            self._cross(token, out)
+        elif self._mode is _Mode.CALL:
+            self._call += token
+        else:
+            self.dropped += 1
+
+    def _feed_text(self, out: Output, text: str) -> None:
         text = self._held + text
         self._held = ""
         while text:
@@ -119,9 +149,6 @@ class OutputParser:
             self._emit(out, text[: len(text) - keep])
             self._held = text[len(text) - keep :]
             break
-        if self._mode is _Mode.CALL:
-            self._stream_call(out)
-        return out
 
     def finish(self) -> Output:
         """The text ended: whatever is held is what it is; a call never closed is dropped."""
@@ -129,6 +156,7 @@ class OutputParser:
         held, self._held = self._held, ""
         if self._mode is _Mode.CALL:
             self._call += held
+            self._call_text += held
             if not self._markers.call_end and self._read_call(out, cut=True):
                 return out  # a family whose calls end with the output (Mistral), complete
             # Cut off (by max_tokens, or a stop string): not a call the client could make, and its
@@ -199,6 +227,7 @@ class OutputParser:
             out.text("reasoning", text)
         elif self._mode is _Mode.CALL:
             self._call += text
+            self._call_text += text
         else:
             out.text("content", text)
 
@@ -255,9 +284,10 @@ class OutputParser:
                 return False
             for begun in self._begun:
                 out.call_part(CallEnded(begun.index, None))
-            if not self._begun:
+            if not self._begun and self._call_text.strip():
+                # Its words are the answer; its markup (the call's markers, its inner tokens) is not.
                 logger.info("answering an unreadable tool call as text")
-                out.text("content", f"{self._markers.call_start}{self._call}{self._markers.call_end}")
+                out.text("content", self._call_text)
             return False
         for i, call in enumerate(calls):
             assert call is not None
@@ -293,6 +323,7 @@ class OutputParser:
 
     def _end_call(self) -> None:
         self._call = ""
+        self._call_text = ""
         self._read_at = 0
         self._begun = []
         self._mode = _Mode.ANSWER

@@ -3,14 +3,49 @@
 mlx-lm's streaming detokenizer holds back incomplete UTF-8 sequences. On top of it this holds
 back any tail of the text that could still grow into a stop string, so no text past a stop string
 ever reaches a client, even when the stop string spans several tokens.
+
+A control token the model writes (a special token, or a marker of its chat template) comes out
+wrapped between CONTROL_OPEN and CONTROL_CLOSE, so that what reads the text can tell the token
+from the same characters written as text: the output parser keeps a marker where it means
+something (a call's inner markup, inside a call) and drops it everywhere else; markup never
+reaches an answer as text (`strip_control`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-__all__ = ["StreamingDetokenizer", "TextStream"]
+__all__ = ["CONTROL_CLOSE", "CONTROL_OPEN", "StreamingDetokenizer", "TextStream", "control_pieces", "strip_control"]
+
+# Private-use characters: no tokenizer spells text with them, and no client sees them.
+CONTROL_OPEN = "\ue000"
+CONTROL_CLOSE = "\ue001"
+
+
+def control_pieces(text: str) -> list[tuple[str, str | None]]:
+    """`text` as (plain text, the control token after it or None) pieces, in order. An open
+    marker with no close (a stop string cut it) ends the text there."""
+    pieces: list[tuple[str, str | None]] = []
+    while text:
+        start = text.find(CONTROL_OPEN)
+        if start < 0:
+            pieces.append((text, None))
+            break
+        end = text.find(CONTROL_CLOSE, start)
+        if end < 0:
+            pieces.append((text[:start], None))
+            break
+        pieces.append((text[:start], text[start + 1 : end]))
+        text = text[end + 1 :]
+    return pieces
+
+
+def strip_control(text: str) -> str:
+    """The text without the control tokens in it."""
+    if CONTROL_OPEN not in text:
+        return text
+    return "".join(plain for plain, _ in control_pieces(text))
 
 
 class StreamingDetokenizer(Protocol):
@@ -21,8 +56,11 @@ class StreamingDetokenizer(Protocol):
 
 
 class TextStream:
-    def __init__(self, detokenizer: StreamingDetokenizer, stop: Sequence[str] = ()) -> None:
+    def __init__(
+        self, detokenizer: StreamingDetokenizer, stop: Sequence[str] = (), control: Mapping[int, str] | None = None
+    ) -> None:
         self._detokenizer = detokenizer
+        self._control = control or {}  # control token ids, and their text
         self._stop = tuple(s for s in stop if s)
         self._longest_stop = max((len(s) for s in self._stop), default=0)
         self._held = ""
@@ -32,7 +70,11 @@ class TextStream:
     def add(self, token: int) -> str:
         """Feed one generated token; return the text that is now safe to send."""
         self._detokenizer.add_token(token)
-        return self._release(self._detokenizer.last_segment, final=False)
+        segment = self._detokenizer.last_segment
+        marker = self._control.get(token)
+        if marker is not None and segment.endswith(marker):
+            segment = segment[: len(segment) - len(marker)] + CONTROL_OPEN + marker + CONTROL_CLOSE
+        return self._release(segment, final=False)
 
     def finish(self) -> str:
         """The generation ended: return whatever text is still held back."""

@@ -32,7 +32,7 @@ import anyio.to_thread
 from mlxhost.worker.engine.output import Markers
 from mlxhost.worker.engine.tool_formats import tool_format
 
-__all__ = ["ChatPrompt", "Tokenizer", "chat_ids", "context_length", "longest_token"]
+__all__ = ["ChatPrompt", "Tokenizer", "chat_ids", "context_length", "control_tokens", "longest_token"]
 
 logger = logging.getLogger("mlxhost.engine")
 
@@ -54,6 +54,9 @@ class Tokenizer:
         self.lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         self.decoder = self._private_decoder()  # the generation thread's: detokenizing and logprobs
         self.vocab_size = len(tokenizer)
+        # The control tokens a model may write (its special tokens, and its template's markers),
+        # by id: their text comes out marked (textstream.py), so that it never reads as an answer.
+        self.control = control_tokens(tokenizer)
         # The most characters one token stands for: a prompt of n characters is at least
         # n / max_token_chars tokens, which rejects an oversized prompt before encoding it.
         self.max_token_chars = longest_token(tokenizer)
@@ -222,6 +225,24 @@ def chat_ids(
         **mark_control_tokens(args, pattern),
     )
     return list(hf(text, add_special_tokens=False, sanitize_control_tokens=True)["input_ids"])
+
+
+def control_tokens(tokenizer: Any) -> dict[int, str]:
+    """Added tokens that are special, or that the chat template writes, by id (whitespace ones,
+    Gemma's newline tokens, are text)."""
+    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    template = getattr(hf, "chat_template", None) or ""
+    if not isinstance(template, str):
+        template = " ".join(str(t) for t in (template.values() if isinstance(template, dict) else template))
+    try:
+        added = hf.added_tokens_decoder
+    except AttributeError:
+        return {}
+    return {
+        int(token_id): token.content
+        for token_id, token in added.items()
+        if len(token.content) > 1 and not token.content.isspace() and (token.special or token.content in template)
+    }
 
 
 def longest_token(tokenizer: Any) -> int | None:
