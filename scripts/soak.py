@@ -1,14 +1,17 @@
 """Soak: hours (or seconds) of streams, abandoned clients and worker kills; does the host leak?
 
     python scripts/soak.py [--model DIR] [--minutes N | --seconds N] [--concurrency 8]
-                           [--kill-every SECONDS] [--warmup SECONDS] [--json PATH]
+                           [--kill-every SECONDS] [--warmup SECONDS] [--fresh-tokens N] [--json PATH]
 
 An isolated host (the default `mlxhost serve`) serves `--concurrency` clients that stream without
 pause, each leaving mid-stream about a third of the time, while the worker is killed with SIGKILL
 every `--kill-every` seconds. The parent's RSS and open file descriptors are sampled throughout.
 The verdict compares two quiet moments, after the warm-up and at the end (clients paused, no
 session open): it fails, exit 1, when the parent's RSS grew more than 5% or it holds more file
-descriptors than before. Every client request must end in a completion or a clean error.
+descriptors than before, or when the worker's RSS grew more than 10% (compared when no kill
+replaced the worker in between: `--kill-every 0`). Every client request must end in a completion
+or a clean error. `--fresh-tokens N` makes every other request a completion of N fresh random
+token ids, the shape that filled the disk tier's index (hundreds of fresh long prompts).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from mlxhost.testing import start_host  # noqa: E402
 START_TIMEOUT_S = 180.0
 CLEAN = {"worker_exited", "model_restarting", "shutting_down", "queue_full"}
 RSS_GROWTH_LIMIT = 0.05
+WORKER_RSS_GROWTH_LIMIT = 0.10
 
 
 class Host:
@@ -64,6 +68,13 @@ class Host:
         with self.http() as http:
             return len(http.get("/admin/sessions").json()["live"])
 
+    def worker_rss_mb(self) -> tuple[int | None, float | None]:
+        pid = self.worker_pid()
+        try:
+            return pid, (psutil.Process(pid).memory_info().rss / 2**20 if pid is not None else None)
+        except psutil.NoSuchProcess:
+            return None, None
+
     def sample(self) -> dict[str, float]:
         return {"t": time.monotonic(), "rss_mb": self.parent.memory_info().rss / 2**20, "fds": self.parent.num_fds()}
 
@@ -72,8 +83,9 @@ class Host:
 
 
 class Load:
-    def __init__(self, host: Host, concurrency: int, seed: int) -> None:
+    def __init__(self, host: Host, concurrency: int, seed: int, fresh_tokens: int = 0) -> None:
         self.host = host
+        self.fresh_tokens = fresh_tokens
         self.running = threading.Event()
         self.stop = threading.Event()
         self.outcomes: dict[str, int] = {}
@@ -97,7 +109,10 @@ class Load:
         # blur the parent's file-descriptor count.
         while not self.stop.is_set():
             self.running.wait()
-            with self.host.http(timeout=20) as http:
+            with self.host.http(timeout=120) as http:
+                if self.fresh_tokens and rng.random() < 0.5:
+                    self._fresh(http, rng)
+                    continue
                 body = {
                     "messages": [{"role": "user", "content": "Go on"}],
                     "max_tokens": rng.randint(20, 200),
@@ -110,6 +125,21 @@ class Load:
                 except httpx.HTTPError as exc:
                     with self.lock:
                         self.failures.append(f"{type(exc).__name__}: {exc}")
+
+    def _fresh(self, http: httpx.Client, rng: random.Random) -> None:
+        """A completion of fresh random ids: a prompt no cache has, which the disk tier keeps."""
+        prompt = [rng.randrange(3, 1000) for _ in range(self.fresh_tokens)]
+        try:
+            response = http.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+        except httpx.HTTPError as exc:
+            with self.lock:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+            return
+        if response.status_code == 200:
+            self._count("fresh")
+        else:
+            code = response.json()["error"]["code"]
+            self._count(code) if code in CLEAN else self.failures.append(code)
 
     def _one(self, http: httpx.Client, body: dict[str, Any], leave_after: int | None) -> None:
         with http.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -159,9 +189,12 @@ def quiet_sample(host: Host, load: Load) -> dict[str, float]:
         http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
     time.sleep(0.5)
     samples = [host.sample() for _ in range(3) if not time.sleep(0.2)]
+    worker_pid, worker_rss = host.worker_rss_mb()
     return {
         "rss_mb": statistics.median(s["rss_mb"] for s in samples),
         "fds": min(s["fds"] for s in samples),
+        "worker_pid": worker_pid,
+        "worker_rss_mb": worker_rss,
     }
 
 
@@ -180,13 +213,18 @@ def main() -> int:
         help="allowed RSS growth from the baseline (default 0.05; short runs end while the host's "
         "bounded buffers, such as its event ring, are still filling)",
     )
+    parser.add_argument(
+        "--worker-rss-limit", type=float, default=WORKER_RSS_GROWTH_LIMIT,
+        help="allowed growth of the worker's RSS from the baseline, when no kill replaced it (default 0.10)",
+    )
+    parser.add_argument("--fresh-tokens", type=int, default=0, help="every other request: N fresh token ids")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seconds = args.seconds if args.seconds is not None else 60 * (args.minutes or 10)
     model = args.model or cached_model("bench-tiny")
 
     host = Host(model)
-    load = Load(host, args.concurrency, args.seed)
+    load = Load(host, args.concurrency, args.seed, args.fresh_tokens)
     samples: list[dict[str, float]] = []
     kills = 0
     try:
@@ -219,8 +257,16 @@ def main() -> int:
 
     growth = final["rss_mb"] / baseline["rss_mb"] - 1
     fd_growth = final["fds"] - baseline["fds"]
+    same_worker = baseline["worker_pid"] is not None and baseline["worker_pid"] == final["worker_pid"]
+    worker_growth = (
+        final["worker_rss_mb"] / baseline["worker_rss_mb"] - 1
+        if same_worker and final["worker_rss_mb"] and baseline["worker_rss_mb"]
+        else None
+    )
     verdict = {
         "rss_ok": growth <= args.rss_limit,
+        # A worker that a kill replaced started again from nothing: no growth to compare.
+        "worker_rss_ok": worker_growth is None or worker_growth <= args.worker_rss_limit,
         "fds_ok": fd_growth <= 0,
         "clients_ok": not load.failures,
         "host_exit_ok": exit_code == 0,
@@ -234,6 +280,7 @@ def main() -> int:
         "baseline": baseline,
         "final": final,
         "rss_growth": round(growth, 4),
+        "worker_rss_growth": None if worker_growth is None else round(worker_growth, 4),
         "fd_growth": fd_growth,
         "host_exit": exit_code,
         "verdict": verdict,
@@ -241,7 +288,10 @@ def main() -> int:
     }
     print(
         f"final: RSS {final['rss_mb']:.1f} MB ({growth:+.1%}, limit +{args.rss_limit:.0%}), "
-        f"{final['fds']} fds ({fd_growth:+d}); {kills} kills; outcomes {dict(sorted(load.outcomes.items()))}; "
+        f"{final['fds']} fds ({fd_growth:+d}); worker RSS "
+        + (f"{final['worker_rss_mb']:.1f} MB ({worker_growth:+.1%}, limit +{args.worker_rss_limit:.0%})"
+           if worker_growth is not None else "not compared (a kill replaced the worker)")
+        + f"; {kills} kills; outcomes {dict(sorted(load.outcomes.items()))}; "
         f"failures {len(load.failures)}; host exit {exit_code}"
     )
     if args.json:

@@ -1,6 +1,7 @@
 """The disk tier's index of one model's folder: which entries its files hold, found by namespace and
-tokens (a token trie, as the memory tier's), least recently used first, with their bytes and last
-uses; and whether an entry it finds for a prompt is worth reading (`worth_loading`).
+tokens (a compact trie, cache/radix.py: the memory tier's answers at a few bytes a token), least
+recently used first, with their bytes and last uses; and whether an entry it finds for a prompt is
+worth reading (`worth_loading`).
 
 It is rebuilt at start from the files' headers alone (`scan`): no tensor is read until one is
 used. Apart from that scan, which removes the files it cannot index, it never touches a file, and
@@ -20,6 +21,7 @@ from typing import Any
 from mlx_lm.models.cache import PromptTrie
 
 from mlxhost.worker.cache.files import SUFFIX, Entry, is_leftover, read_header
+from mlxhost.worker.cache.radix import RadixTrie
 from mlxhost.worker.cache.trie import search
 
 __all__ = ["DiskIndex", "path_keys", "worth_loading"]
@@ -70,7 +72,7 @@ class DiskIndex:
     """The entries of one folder, by namespace digest and tokens, least recently used first."""
 
     def __init__(self) -> None:
-        self._trie = PromptTrie()
+        self._trie = RadixTrie()
         self._entries: OrderedDict[str, Entry] = OrderedDict()  # by name, least recently used first
         self._used: dict[str, int] = {}  # an entry's last use (ns since the epoch), as its file's mtime
         self.bytes = 0  # of every entry's file
@@ -85,7 +87,7 @@ class DiskIndex:
         (the same prompt, a longer conversation) trimmed back to the common prefix if its cache
         can be trimmed. At least one prompt token is always left to compute.
         """
-        found = search(self._trie, key, prompt)
+        found = self._trie.search(key, prompt)
         best: tuple[Entry | None, int] = (None, 0)
         if found.exact is not None:
             entry = self._trie.get(key, found.exact)
@@ -102,7 +104,7 @@ class DiskIndex:
 
     def on_path(self, key: str, tokens: list[int]) -> list[Entry]:
         """The entries a prompt starting with `tokens` may have started from (see `path_keys`)."""
-        return [self._trie.get(key, k) for k in path_keys(self._trie, key, tokens)]
+        return [self._trie.get(key, k) for k in self._trie.path_keys(key, tokens)]
 
     def touch(self, name: str) -> bool:
         """Mark the entry named `name` used now, if there is one."""
@@ -145,9 +147,7 @@ class DiskIndex:
         if in_trie:
             with contextlib.suppress(KeyError):
                 self._trie.pop(entry.namespace, list(entry.tokens))
-        roots = self._trie._trie
-        if entry.namespace in roots and not roots[entry.namespace]:
-            del roots[entry.namespace]  # no trie root left behind per namespace ever seen
+        self._trie.drop_empty(entry.namespace)  # no trie root left behind per namespace ever seen
 
     def scan(self, folder: Path) -> int:
         """Index `folder`'s files from their headers; remove leftovers and foreign files.

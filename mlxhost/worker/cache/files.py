@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import can_trim_prompt_cache, load_prompt_cache, save_prompt_cache
 
@@ -80,11 +81,26 @@ class NonFinite(BadFile):
 
 @dataclass(frozen=True)
 class Entry:
+    """One file of the disk tier, as its index keeps it: thousands of these live in a worker, so
+    its tokens are kept packed (4 bytes each, not a tuple of Python ints at 36)."""
+
     name: str  # the file's name in the folder
     namespace: str  # digest of the namespace it was kept under
-    tokens: tuple[int, ...]  # what its KV holds
+    packed: bytes  # what its KV holds: the tokens, as int32
     trimmable: bool
     size: int  # bytes on disk
+
+    @classmethod
+    def of(cls, name: str, namespace: str, tokens: Sequence[int], trimmable: bool, size: int) -> Entry:
+        return cls(name, namespace, np.asarray(tokens, dtype=np.int32).tobytes(), trimmable, size)
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return tuple(np.frombuffer(self.packed, dtype=np.int32).tolist())
+
+    @property
+    def length(self) -> int:
+        return len(self.packed) // 4
 
 
 def read_regular(path: Path, limit: int) -> bytes:
@@ -203,7 +219,7 @@ def write_cache(folder: Path, namespace: str, tokens: tuple[int, ...], cache: li
     finally:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
-    return Entry(name, namespace, tokens, trimmable, (folder / name).stat().st_size)
+    return Entry.of(name, namespace, tokens, trimmable, (folder / name).stat().st_size)
 
 
 def is_leftover(path: Path) -> bool:
@@ -226,7 +242,7 @@ def read_cache(path: Path, entry: Entry, signature: Signature) -> list[Any]:
     cache, metadata = load_prompt_cache(str(path), return_metadata=True)
     if metadata.get("tokens") != json.dumps(list(entry.tokens)):
         raise BadFile("its tokens are not the ones in its header")
-    check_cache(cache, len(entry.tokens), signature)
+    check_cache(cache, entry.length, signature)
     arrays = cache_arrays(cache)
     mx.eval(arrays)
     check_finite(arrays)
@@ -298,4 +314,4 @@ def read_header(path: Path, size: int) -> Entry:
     namespace = metadata["0.namespace"]
     if not path.name.startswith(f"{namespace}-"):
         raise BadFile("its name and header disagree")
-    return Entry(path.name, namespace, tuple(tokens), metadata.get("0.trimmable") == "1", size)
+    return Entry.of(path.name, namespace, tokens, metadata.get("0.trimmable") == "1", size)
