@@ -182,6 +182,14 @@ def _part_only(plan: Plan, info: Info, raw: RawMLX, prompt: str) -> int:
         print_embeddings(embeddings)
         _write(plan, EmbeddingsDocument(info.machine, info.versions, part_settings(plan), embeddings))
         return 0
+    if plan.only == "fairness":  # --fairness (bench.fairness); imported here to keep this one block
+        from bench.fairness import measure_fairness, print_fairness
+
+        fairness = measure_fairness(plan)
+        print_header(plan, info)
+        print_fairness(fairness)
+        _write(plan, fairness)
+        return 0
     if plan.only == "pull":  # --pull (bench.pull); imported here to keep this one block
         from bench.pull import (
             PULL_VS_HF_TARGET,

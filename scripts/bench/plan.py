@@ -27,7 +27,7 @@ DEFAULT_SIZE = "tiny"
 AGENT_SIZE = "bench"  # the agent scenario's default model: prefill costs what it costs on a real one
 # The parts a run can measure alone: --jobs-only, --agent-only, --closed-loop-only, --recovery-only,
 # --group-only, --constrained-only, --peers, --pull.
-ONLY = ("jobs", "agent", "closed_loop", "recovery", "group", "constrained", "peers", "pull")
+ONLY = ("jobs", "agent", "closed_loop", "recovery", "group", "constrained", "peers", "pull", "fairness")
 # TTFT: single-stream requests after the throughput runs, the paths taking turns (bench.ttft).
 TTFT_REQUESTS = {"full": 20, "quick": 10}
 # mlx_lm.server listens with socketserver's backlog of 5: 8 or more connections at once overflow
@@ -234,6 +234,16 @@ def parser() -> argparse.ArgumentParser:
         help="measure only POST /v1/embeddings on an isolated server against the raw forward of the "
         "same embedding model in this process: short and mixed-length inputs in requests of 1, 16 "
         "and 64, and 1,000 code chunks; alternating rounds, medians (bench.embeddings)",
+    )
+    # --fairness (bench.fairness): pooled work beside other work, through an isolated host.
+    only.add_argument(
+        "--fairness",
+        action="store_const",
+        const="fairness",
+        dest="only",
+        help="measure only how pooled work shares a worker: a one-token embeddings request's time "
+        "behind 6 inputs of 3,900 ids, and a chat stream's largest gap between frames when 64 inputs "
+        "of 200 tokens arrive first (bench.fairness)",
     )
     # --pull (bench.pull): mlxhost pull against hf download, and serving while the host pulls.
     only.add_argument(

@@ -332,7 +332,7 @@ def test_a_small_embeddings_request_is_not_held_behind_a_huge_one(host: RunningH
 
 def test_a_stream_beside_a_large_embeddings_request_is_not_frozen(host: RunningHost) -> None:
     """64 inputs of 200 tokens planned before a chat stream arrives: no pass is planned longer
-    than a quarter second, so the stream's 16 tokens come between them (before: one 2 s pass)."""
+    than 0.15 s, so the stream's 16 tokens come between them (before: one 2 s pass)."""
     inputs = [[(i % 50) + 3] * 200 for i in range(64)]
     chat = {"model": CHAT, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "stream": True}
     assert _answered_first(host, {"model": CHAT, "input": inputs}, ("/v1/chat/completions", chat))

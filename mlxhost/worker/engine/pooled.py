@@ -167,7 +167,7 @@ MIN_CHUNK = 16  # tokens: the least a pass takes beside decoding streams, howeve
 # A pass (or a long input's chunk) never takes longer than this, by the measured rate, whatever
 # waits: a stream or request that arrives while it runs waits at most this long. MLX cannot cut a
 # pass once it is planned, so the bound is on what is planned.
-MAX_PASS_SECONDS = 0.25
+MAX_PASS_SECONDS = 0.15
 FIRST_PASS_TOKENS = 512  # before any rate is measured
 
 
