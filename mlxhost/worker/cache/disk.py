@@ -31,6 +31,8 @@ import contextlib
 import heapq
 import logging
 import os
+import ctypes
+import ctypes.util
 import queue
 import threading
 import time
@@ -84,6 +86,23 @@ class StoreStatistics:
     writes: int
     dropped_writes: int  # the writer was behind, or the cache alone was over the bound
     removed_files: int  # unreadable or foreign files removed
+
+
+def _libc_trim() -> Callable[[], object]:
+    """glibc's malloc_trim(0), or nothing where there is none (macOS, musl)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+# A write serialises megabytes in this thread's malloc arena; glibc keeps what a thread freed
+# there for the thread to reuse, and the worker's RSS grew by it, file after file: handed back
+# after each write.
+trim_heap = _libc_trim()
 
 
 class PromptStore:
@@ -348,6 +367,7 @@ class PromptStore:
                     self._dropped += 1
             # Its arrays go back to MLX before the write counts as done (see `wait_written`).
             del item, tokens, cache
+            trim_heap()
             self._writes_queue.task_done()
 
     def _tidy_tier(self) -> None:
