@@ -51,7 +51,7 @@ def test_without_a_call_parser_the_call_markers_are_text() -> None:
     assert out.reasoning == "The user wants the weather.\n"
 
 
-def test_a_call_cut_off_is_dropped_and_a_malformed_one_is_answered_as_text() -> None:
+def test_a_call_cut_off_is_dropped_and_a_malformed_one_is_answered_as_its_words() -> None:
     out, parser = read('Sure <tool_call>\n{"name": "weather", "argu', 4, parse_call=parse_tool_call)
     assert out.content == "Sure " and not out.tool_calls
     assert (parser.calls_made, parser.calls_cut) == (0, 1)
@@ -59,7 +59,7 @@ def test_a_call_cut_off_is_dropped_and_a_malformed_one_is_answered_as_text() -> 
     out, parser = read(done, 3, parse_call=parse_tool_call)
     assert [c.name for c in out.tool_calls] == ["a"] and out.content == ""  # the whole one is kept
     out, parser = read("<tool_call>not json</tool_call>done", 4, parse_call=parse_tool_call)
-    assert out.content == "<tool_call>not json</tool_call>done" and not out.tool_calls
+    assert out.content == "not jsondone" and not out.tool_calls  # its markers are markup, not text
 
 
 def test_a_prompt_that_opened_the_think_block_starts_the_output_in_reasoning() -> None:

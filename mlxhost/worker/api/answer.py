@@ -69,7 +69,8 @@ async def respond_choices(
     """Run `generations` together, one per choice, each read by its parser (a fresh one each:
     parsers keep state), and answer with all of them."""
     tag = request.headers.get(SESSION_HEADER)
-    choices = [_Choice(i, g, p) for i, (g, p) in enumerate(zip(generations, parsers, strict=True))]
+    pieces = service.engine.tokenizer.markers.pieces
+    choices = [_Choice(i, g, p, pieces) for i, (g, p) in enumerate(zip(generations, parsers, strict=True))]
     if stream and len(choices) == 1:
         return StreamingResponse(
             _one_stream(service, choices[0], writer, tag),
@@ -165,13 +166,17 @@ class _Choice:
     index: int
     generation: GenerationRequest
     parser: OutputParser | None  # None: all the text is the answer
+    pieces: tuple[str, ...] = ()  # control tokens that come as text (Markers.pieces): not an answer either
     final: Delta | None = None  # the delta that ended it
     output: Output = field(default_factory=Output)  # all of it, for a whole answer
     logprobs: list[TokenLogprob] | None = None
 
     def sort(self, delta: Delta) -> Output:
         if self.parser is None:
-            return Output(content=strip_control(delta.text))
+            text = strip_control(delta.text)
+            for piece in self.pieces:
+                text = text.replace(piece, "")
+            return Output(content=text)
         out = self.parser.feed(delta.text) if delta.text else Output()
         if delta.finish_reason is not None:
             out.add(self.parser.finish())

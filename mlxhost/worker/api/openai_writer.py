@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +85,8 @@ class CompletionWriter(_OpenAIStreamEnd):
         return []
 
     def output(self, index: int, out: Output, delta: Delta) -> Iterable[bytes]:
-        return [sse(self.fmt.content_chunk(delta, index))]
+        # The answer's text (control tokens taken out), with the delta's logprobs.
+        return [sse(self.fmt.content_chunk(dataclasses.replace(delta, text=out.content), index))]
 
     def whole(self, answers: Sequence[Answer]) -> dict[str, Any]:
         choices = [

@@ -50,6 +50,13 @@ class Markers:
     think_end: str | None = None
     call_start: str | None = None
     call_end: str | None = None
+    # Control tokens that are pieces of a marker spelled in several tokens (Kimi K3's
+    # `<|open|>tools<|sep|>`): they come as text, for the marker to be found, and where one
+    # stands alone in an answer or reasoning it is dropped there.
+    pieces: tuple[str, ...] = ()
+
+    def strings(self) -> tuple[str, ...]:
+        return tuple(m for m in (self.think_start, self.think_end, self.call_start, self.call_end) if m)
 
 
 class _Mode(enum.Enum):
@@ -218,6 +225,11 @@ class OutputParser:
         return [s for s in starts if s]
 
     def _emit(self, out: Output, text: str) -> None:
+        if self._mode is not _Mode.CALL:
+            for piece in self._markers.pieces:
+                if piece in text:
+                    self.dropped += text.count(piece)
+                    text = text.replace(piece, "")
         if self._trim and self._mode is not _Mode.CALL:  # a call's body is kept as written
             text = text.lstrip("\n")
             self._trim = not text

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -54,9 +55,6 @@ class Tokenizer:
         self.lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         self.decoder = self._private_decoder()  # the generation thread's: detokenizing and logprobs
         self.vocab_size = len(tokenizer)
-        # The control tokens a model may write (its special tokens, and its template's markers),
-        # by id: their text comes out marked (textstream.py), so that it never reads as an answer.
-        self.control = control_tokens(tokenizer)
         # The most characters one token stands for: a prompt of n characters is at least
         # n / max_token_chars tokens, which rejects an oversized prompt before encoding it.
         self.max_token_chars = longest_token(tokenizer)
@@ -65,12 +63,20 @@ class Tokenizer:
         self.has_thinking = bool(getattr(tokenizer, "has_thinking", False))
         self.has_tool_calling = bool(getattr(tokenizer, "has_tool_calling", False))
         self.tool_parser: Callable[[str, Any], Any] | None = getattr(tokenizer, "tool_parser", None)
-        self.markers = Markers(
+        markers = Markers(
             getattr(tokenizer, "think_start", None) if self.has_thinking else None,
             getattr(tokenizer, "think_end", None) if self.has_thinking else None,
             getattr(tokenizer, "tool_call_start", None) if self.has_tool_calling else None,
             getattr(tokenizer, "tool_call_end", None) if self.has_tool_calling else None,
         )
+        # The control tokens a model may write (its special tokens, and its template's markers),
+        # by id: their text comes out marked (textstream.py), so that it never reads as an
+        # answer; but a piece of a marker spelled in several tokens comes as text, for the parser
+        # to find the marker (output.py: Markers.pieces).
+        control = control_tokens(tokenizer)
+        pieces = {t for t in control.values() if any(t in m and t != m for m in markers.strings())}
+        self.control = {i: t for i, t in control.items() if t not in pieces}
+        self.markers = dataclasses.replace(markers, pieces=tuple(sorted(pieces, key=len, reverse=True)))
         # The think block's markers as token ids (one token each in most families, several in
         # some): what a thinking budget needs to see the block open and to close it.
         self.think_ids = _think_ids(tokenizer) if self.has_thinking else None
